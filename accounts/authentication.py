@@ -1,0 +1,126 @@
+"""Key authentication for the proxy, without a database query per request for a hot key.
+
+Each worker keeps what it learned about a key for `SLUICE_KEY_CACHE_SECONDS` (2 s by
+default), so a revoked key stops working on every worker within that time; expiry is
+checked against the cached expiry time on every request, so it is exact.
+"""
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from accounts.keys import key_matches, key_prefix_of
+from accounts.models import ApiKey
+from routing.db import db_read
+from routing.errors import GatewayError, unauthorized
+
+_LAST_USED_EVERY = timedelta(minutes=1)
+_MAX_ENTRIES = 50_000
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: everything the request path needs about a key, read in one query."""
+
+    key_id: int
+    prefix: str
+    secret_hash: str
+    expires_at: datetime | None
+    revoked: bool
+    member_id: int
+    member_email: str
+    team_id: int
+    application_id: int
+    application_slug: str
+    allowed_routes: frozenset[str]
+    default_priority: str
+
+
+_cache: dict[str, tuple[float, Principal | None]] = {}
+_loading: dict[str, asyncio.Future[Principal | None]] = {}
+
+
+def _load(prefix: str) -> Principal | None:
+    key = ApiKey.objects.select_related("member__user", "application").filter(prefix=prefix).first()
+    if key is None:
+        return None
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at > _LAST_USED_EVERY:
+        # Coarse on purpose: a write per request would cost more than the proxying.
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    routes = frozenset(key.application.routes.values_list("name", flat=True))
+    return Principal(
+        key_id=key.pk,
+        prefix=key.prefix,
+        secret_hash=key.secret_hash,
+        expires_at=key.expires_at,
+        revoked=key.revoked_at is not None,
+        member_id=key.member_id,
+        member_email=key.member.user.email,
+        team_id=key.application.team_id,
+        application_id=key.application_id,
+        application_slug=key.application.slug,
+        allowed_routes=routes,
+        default_priority=key.application.default_priority,
+    )
+
+
+async def _principal_for(prefix: str) -> Principal | None:
+    now = time.monotonic()
+    hit = _cache.get(prefix)
+    if hit is not None and now - hit[0] < settings.SLUICE_KEY_CACHE_SECONDS:
+        return hit[1]
+    pending = _loading.get(prefix)
+    if pending is None:
+        # One query per key and worker however many requests arrive at once.
+        pending = asyncio.get_running_loop().create_future()
+        _loading[prefix] = pending
+        try:
+            principal = await db_read(_load, prefix)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            pending.exception()  # mark retrieved; waiters re-raise it themselves
+            raise
+        finally:
+            _loading.pop(prefix, None)
+        if len(_cache) >= _MAX_ENTRIES:
+            _cache.clear()
+        _cache[prefix] = (time.monotonic(), principal)
+        pending.set_result(principal)
+        return principal
+    return await pending
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return headers.get("x-api-key", "").strip() or None
+
+
+async def authenticate(plaintext: str | None) -> Principal:
+    if not plaintext:
+        raise unauthorized(
+            "Missing API key. Send it as 'Authorization: Bearer sk-sluice-...' or in 'x-api-key'."
+        )
+    prefix = key_prefix_of(plaintext)
+    principal = await _principal_for(prefix) if prefix else None
+    if principal is None or not key_matches(plaintext, principal.secret_hash):
+        raise unauthorized("Invalid API key.")
+    if principal.revoked:
+        raise unauthorized(f"API key {principal.prefix} has been revoked.")
+    if principal.expires_at is not None and principal.expires_at <= timezone.now():
+        raise unauthorized(f"API key {principal.prefix} has expired.")
+    return principal
+
+
+def forget_cached_keys() -> None:
+    """For tests and for a worker told to drop what it knows."""
+    _cache.clear()
+
+
+__all__ = ["GatewayError", "Principal", "authenticate", "forget_cached_keys", "presented_key"]

@@ -1,0 +1,126 @@
+"""Sluice settings: one module, read from environment variables."""
+
+import os
+import secrets
+from pathlib import Path
+
+from config.database_url import parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STATE_DIR = BASE_DIR / ".sluice"
+
+
+def _env_bool(name: str, default: bool = False) -> bool:
+    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _local_secret_key() -> str:
+    """A per-checkout key for development, so `make run` needs no setup; set
+    SLUICE_SECRET_KEY in production."""
+    path = STATE_DIR / "secret_key"
+    if not path.exists():
+        STATE_DIR.mkdir(exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = os.environ.get("SLUICE_SECRET_KEY") or _local_secret_key()
+DEBUG = _env_bool("SLUICE_DEBUG")
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("SLUICE_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
+    if h.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "accounts",
+    "quotas",
+    "routing",
+]
+
+# The proxy (/v1/) is served by a handler without this stack (see config/asgi.py):
+# every MiddlewareMixin hook is a thread hop under ASGI.
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": parse_database_url(
+        os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3"), base_dir=BASE_DIR
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+
+# The proxy reads the body itself; Django's own cap would answer outside OpenAI's error shape.
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+# --- Sluice ---------------------------------------------------------------------------
+SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 1024))
+# How long a worker trusts what it cached about a key or the route catalog. Revoking a key
+# or editing a route takes effect on every worker within this many seconds.
+SLUICE_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_KEY_CACHE_SECONDS", 2))
+SLUICE_CATALOG_CACHE_SECONDS = float(os.environ.get("SLUICE_CATALOG_CACHE_SECONDS", 2))
+# Audit rows are written in batches off the request path.
+SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
+# Retry-After sent with a 503 when every deployment in the chain is at capacity.
+SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 5))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("SLUICE_LOG_LEVEL", "INFO")},
+    # One line per upstream call would drown the log and cost CPU on the hot path.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}

@@ -1,0 +1,14 @@
+from django.contrib import admin
+from django.urls import path, re_path
+
+from routing import views
+
+urlpatterns = [
+    path("v1/chat/completions", views.chat_completions),
+    path("v1/completions", views.completions),
+    path("v1/embeddings", views.embeddings),
+    path("v1/models", views.models_list),
+    path("v1/models/<path:name>", views.model_detail),
+    re_path(r"^v1/(?P<path>.*)$", views.not_found),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,205 @@
+"""The audit trail: what the proxy learned about a call, written off the request path.
+
+The proxy fills a `CallLog` as it goes and hands it to `audit_writer.record()`, which only
+appends to a list. A background task writes the rows in batches (one transaction per
+batch) from its own thread, so a slow or briefly unavailable database never holds up a
+call; a batch that fails is kept and retried.
+"""
+
+import asyncio
+import logging
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+
+from routing.db import released
+from routing.models import Attempt, CallRecord, Outcome
+
+log = logging.getLogger("sluice.audit")
+
+_MAX_PENDING = 100_000  # past this a dead database costs memory, not the process
+
+
+def new_request_id() -> str:
+    """Time-ordered (ms) then random, so ids sort by arrival and index well."""
+    return f"req_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
+
+
+@dataclass
+class AttemptLog:
+    number: int
+    deployment: str
+    started_at: datetime
+    duration_ms: float = 0.0
+    status_code: int | None = None
+    error_class: str = ""
+
+
+@dataclass
+class CallLog:
+    request_id: str
+    endpoint: str
+    client_ip: str | None
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started: float = field(default_factory=time.perf_counter)
+    member_id: int | None = None
+    member_email: str = ""
+    application_id: int | None = None
+    application_slug: str = ""
+    key_prefix: str = ""
+    priority: str = ""
+    requested_model: str = ""
+    served_deployment: str = ""
+    upstream_model: str = ""
+    stream: bool = False
+    outcome: str = Outcome.SUCCESS
+    status_code: int = 200
+    error_message: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal = Decimal(0)
+    latency_ms: float = 0.0
+    ttfb_ms: float | None = None
+    attempts: list[AttemptLog] = field(default_factory=list)
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+    def finish(self, *, outcome: str, status: int, error_message: str = "") -> None:
+        self.outcome = outcome
+        self.status_code = status
+        self.error_message = error_message[:500]
+        self.latency_ms = self.elapsed_ms()
+
+    def to_rows(self) -> tuple[CallRecord, list[Attempt]]:
+        call = CallRecord(
+            request_id=self.request_id,
+            created_at=self.created_at,
+            member_id=self.member_id,
+            member_email=self.member_email,
+            application_id=self.application_id,
+            application_slug=self.application_slug,
+            key_prefix=self.key_prefix,
+            priority=self.priority,
+            endpoint=self.endpoint,
+            requested_model=self.requested_model[:200],
+            served_deployment=self.served_deployment,
+            upstream_model=self.upstream_model[:200],
+            stream=self.stream,
+            outcome=self.outcome,
+            status_code=self.status_code,
+            error_message=self.error_message,
+            attempt_count=len(self.attempts),
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            cost=self.cost,
+            latency_ms=round(self.latency_ms, 3),
+            ttfb_ms=None if self.ttfb_ms is None else round(self.ttfb_ms, 3),
+            client_ip=self.client_ip,
+        )
+        attempts = [
+            Attempt(
+                call_id=self.request_id,
+                number=a.number,
+                deployment=a.deployment,
+                started_at=a.started_at,
+                duration_ms=round(a.duration_ms, 3),
+                status_code=a.status_code,
+                error_class=a.error_class,
+            )
+            for a in self.attempts
+        ]
+        return call, attempts
+
+
+def _insert(batch: list[CallLog]) -> None:
+    calls: list[CallRecord] = []
+    attempts: list[Attempt] = []
+    for entry in batch:
+        call, rows = entry.to_rows()
+        calls.append(call)
+        attempts.extend(rows)
+    with transaction.atomic():
+        # ignore_conflicts makes a retried batch that had in fact committed harmless.
+        CallRecord.objects.bulk_create(calls, ignore_conflicts=True)
+        Attempt.objects.bulk_create(attempts, ignore_conflicts=True)
+
+
+def _write(batch: list[CallLog]) -> None:
+    """Raises only when the database is unreachable (the batch is then retried)."""
+    try:
+        _insert(batch)
+    except (OperationalError, InterfaceError):
+        raise
+    except DatabaseError:
+        # One bad row must not hold the others back: write them one by one.
+        for entry in batch:
+            try:
+                _insert([entry])
+            except (OperationalError, InterfaceError):
+                raise
+            except DatabaseError:
+                log.exception("audit row %s rejected by the database", entry.request_id)
+
+
+class AuditWriter:
+    def __init__(self) -> None:
+        self._pending: list[CallLog] = []
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
+        self._task: asyncio.Task[None] | None = None
+
+    def record(self, call: CallLog) -> None:
+        if len(self._pending) >= _MAX_PENDING:
+            log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
+            return
+        self._pending.append(call)
+        self._ensure_task()
+
+    def _ensure_task(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run(), name="sluice-audit-writer")
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._pending:
+            await asyncio.sleep(settings.SLUICE_AUDIT_FLUSH_SECONDS)
+            if not await self._flush_once():
+                failures += 1
+                # Back off while the database is away; the rows wait in memory.
+                await asyncio.sleep(min(30.0, 0.5 * 2**failures))
+            else:
+                failures = 0
+
+    async def _flush_once(self) -> bool:
+        batch, self._pending = self._pending, []
+        if not batch:
+            return True
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, released(_write), batch
+            )
+        except Exception:
+            log.exception("audit write failed; keeping %d calls to retry", len(batch))
+            self._pending[:0] = batch
+            return False
+        return True
+
+    async def flush(self) -> None:
+        """Write everything recorded so far (tests, shutdown)."""
+        for _ in range(5):
+            if await self._flush_once() and not self._pending:
+                return
+            await asyncio.sleep(0.2)
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+audit_writer = AuditWriter()

@@ -1,0 +1,101 @@
+"""The routes as the proxy sees them: an immutable snapshot, reloaded every few seconds so
+edits (config file, admin, console) take effect on every worker without a restart."""
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+
+from routing.db import db_read
+from routing.models import Route
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    name: str
+    base_url: str
+    api_key: str | None  # read from the environment at load time; never stored
+    connect_timeout: float
+    read_timeout: float
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    name: str
+    model: str
+    upstream: UpstreamSpec
+    tier: str
+    max_concurrency: int
+    context_window: int
+    input_price_per_million: Decimal
+    output_price_per_million: Decimal
+
+    def cost(self, tokens_in: int, tokens_out: int) -> Decimal:
+        return (
+            tokens_in * self.input_price_per_million + tokens_out * self.output_price_per_million
+        ) / 1_000_000
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    name: str
+    chain: tuple[DeploymentSpec, ...]  # enabled deployments, in order
+
+
+def _load() -> dict[str, RouteSpec]:
+    routes: dict[str, RouteSpec] = {}
+    for route in Route.objects.prefetch_related("chain__deployment__upstream"):
+        chain = []
+        for link in route.chain.all():
+            d = link.deployment
+            if not d.enabled:
+                continue
+            u = d.upstream
+            chain.append(
+                DeploymentSpec(
+                    name=d.name,
+                    model=d.model,
+                    upstream=UpstreamSpec(
+                        name=u.name,
+                        base_url=u.base_url.rstrip("/"),
+                        api_key=os.environ.get(u.api_key_env) if u.api_key_env else None,
+                        connect_timeout=u.connect_timeout,
+                        read_timeout=u.read_timeout,
+                    ),
+                    tier=d.tier,
+                    max_concurrency=d.max_concurrency,
+                    context_window=d.context_window,
+                    input_price_per_million=d.input_price_per_million,
+                    output_price_per_million=d.output_price_per_million,
+                )
+            )
+        routes[route.name] = RouteSpec(name=route.name, chain=tuple(chain))
+    return routes
+
+
+class Catalog:
+    def __init__(self) -> None:
+        self._routes: dict[str, RouteSpec] = {}
+        self._loaded_at = float("-inf")
+        self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    async def routes(self) -> dict[str, RouteSpec]:
+        if time.monotonic() - self._loaded_at < settings.SLUICE_CATALOG_CACHE_SECONDS:
+            return self._routes
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock[0] is not loop:
+            self._lock = (loop, asyncio.Lock())
+        async with self._lock[1]:
+            if time.monotonic() - self._loaded_at >= settings.SLUICE_CATALOG_CACHE_SECONDS:
+                self._routes = await db_read(_load)
+                self._loaded_at = time.monotonic()
+        return self._routes
+
+    def invalidate(self) -> None:
+        self._loaded_at = float("-inf")
+
+
+catalog = Catalog()

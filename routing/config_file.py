@@ -1,0 +1,312 @@
+"""Configuration as code: a TOML file applied to the database, idempotently.
+
+Sections are arrays of tables: `upstreams`, `deployments`, `routes`, `teams`,
+`applications`, `members`. The whole file is checked before anything is written, and it is
+applied in one transaction, so a bad file changes nothing. Objects the file does not
+mention are left as they are. Upstream secrets are referenced by environment variable name
+(`api_key_env`), never written in the file or the database.
+"""
+
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.db import models, transaction
+
+from accounts.models import Application, Member, PriorityClass, Team
+from accounts.services import member_ensure
+from routing.models import Deployment, Route, RouteDeployment, Upstream
+
+
+class ConfigError(Exception):
+    """The file is not acceptable; the message names the bad entry."""
+
+
+@dataclass
+class ApplyReport:
+    created: Counter[str] = field(default_factory=Counter)
+    updated: Counter[str] = field(default_factory=Counter)
+    unchanged: Counter[str] = field(default_factory=Counter)
+
+    def add(self, kind: str, state: str) -> None:
+        getattr(self, state)[kind] += 1
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated)
+
+    def summary(self) -> str:
+        def fmt(counter: Counter[str]) -> str:
+            return ", ".join(f"{n} {kind}" for kind, n in sorted(counter.items())) or "nothing"
+
+        return (
+            f"created: {fmt(self.created)}; updated: {fmt(self.updated)}; "
+            f"unchanged: {fmt(self.unchanged)}"
+        )
+
+
+# section -> field -> (accepted types, required, default)
+_Field = tuple[tuple[type, ...], bool, Any]
+_NUM = (int, float)
+_SCHEMA: dict[str, dict[str, _Field]] = {
+    "upstreams": {
+        "name": ((str,), True, None),
+        "kind": ((str,), False, Upstream.Kind.OPENAI),
+        "base_url": ((str,), True, None),
+        "api_key_env": ((str,), False, ""),
+        "connect_timeout": (_NUM, False, 5.0),
+        "read_timeout": (_NUM, False, 60.0),
+    },
+    "deployments": {
+        "name": ((str,), True, None),
+        "upstream": ((str,), True, None),
+        "model": ((str,), True, None),
+        "tier": ((str,), False, "standard"),
+        "max_concurrency": ((int,), False, 8),
+        "context_window": ((int,), False, 128_000),
+        "input_price_per_million": (_NUM, False, 0),
+        "output_price_per_million": (_NUM, False, 0),
+        "enabled": ((bool,), False, True),
+    },
+    "routes": {"name": ((str,), True, None), "chain": ((list,), True, None)},
+    "teams": {
+        "slug": ((str,), True, None),
+        "name": ((str,), False, None),
+        "time_zone": ((str,), False, "UTC"),
+    },
+    "applications": {
+        "slug": ((str,), True, None),
+        "name": ((str,), False, None),
+        "team": ((str,), True, None),
+        "routes": ((list,), False, []),
+        "default_priority": ((str,), False, PriorityClass.INTERACTIVE),
+    },
+    "members": {
+        "email": ((str,), True, None),
+        "team": ((str,), True, None),
+        "role": ((str,), False, Member.Role.MEMBER),
+    },
+}
+_KEY_FIELD = {
+    "upstreams": "name",
+    "deployments": "name",
+    "routes": "name",
+    "teams": "slug",
+    "applications": "slug",
+    "members": "email",
+}
+
+
+def load_config(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    return validate_config(raw)
+
+
+def validate_config(raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    unknown = set(raw) - set(_SCHEMA)
+    if unknown:
+        raise ConfigError(
+            f"unknown section(s) {', '.join(sorted(unknown))}; expected {', '.join(_SCHEMA)}"
+        )
+    config: dict[str, list[dict[str, Any]]] = {}
+    for section, fields in _SCHEMA.items():
+        entries = raw.get(section, [])
+        if not isinstance(entries, list):
+            raise ConfigError(f"{section} must be an array of tables ([[{section}]])")
+        seen: set[str] = set()
+        config[section] = []
+        for i, entry in enumerate(entries):
+            clean = _check_entry(section, i, entry, fields)
+            key = clean[_KEY_FIELD[section]]
+            if key in seen:
+                raise ConfigError(f"{section}[{i}] ({key}): defined twice")
+            seen.add(key)
+            config[section].append(clean)
+    _check_references(config)
+    return config
+
+
+def _check_entry(section: str, i: int, entry: Any, fields: dict[str, _Field]) -> dict[str, Any]:
+    where = f"{section}[{i}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a table")
+    key = entry.get(_KEY_FIELD[section])
+    if isinstance(key, str):
+        where = f"{where} ({key})"
+    extra = set(entry) - set(fields)
+    if extra:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(extra))}")
+    clean: dict[str, Any] = {}
+    for name, (types, required, default) in fields.items():
+        if name not in entry:
+            if required:
+                raise ConfigError(f"{where}: missing required field '{name}'")
+            clean[name] = default
+            continue
+        value = entry[name]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"{where}: '{name}' must be {expected}, not {value!r}")
+        if isinstance(value, str) and required and not value.strip():
+            raise ConfigError(f"{where}: '{name}' must not be empty")
+        clean[name] = value
+    _check_values(where, section, clean)
+    return clean
+
+
+def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
+    def fail(message: str) -> None:
+        raise ConfigError(f"{where}: {message}")
+
+    if section == "upstreams":
+        url = urlsplit(e["base_url"])
+        if url.scheme not in ("http", "https") or not url.netloc:
+            fail(f"'base_url' must be an http(s) URL, not {e['base_url']!r}")
+        if e["kind"] not in Upstream.Kind.values:
+            fail(f"'kind' must be one of {', '.join(Upstream.Kind.values)}")
+        if e["connect_timeout"] <= 0 or e["read_timeout"] <= 0:
+            fail("timeouts must be positive numbers of seconds")
+        if e["api_key_env"] and not e["api_key_env"].replace("_", "").isalnum():
+            fail("'api_key_env' is the NAME of an environment variable, e.g. OPENAI_API_KEY")
+    elif section == "deployments":
+        if e["max_concurrency"] < 1 or e["context_window"] < 1:
+            fail("'max_concurrency' and 'context_window' must be at least 1")
+        if e["input_price_per_million"] < 0 or e["output_price_per_million"] < 0:
+            fail("prices must not be negative")
+    elif section in ("routes", "applications"):
+        items = e["chain"] if section == "routes" else e["routes"]
+        if not all(isinstance(x, str) for x in items):
+            fail("lists must hold names (strings)")
+        if len(set(items)) != len(items):
+            fail("a name appears twice in the list")
+        if section == "routes" and not items:
+            fail("'chain' must name at least one deployment")
+        if section == "applications" and e["default_priority"] not in PriorityClass.values:
+            fail(f"'default_priority' must be one of {', '.join(PriorityClass.values)}")
+    elif section == "teams":
+        try:
+            ZoneInfo(e["time_zone"])
+        except (ZoneInfoNotFoundError, ValueError):
+            fail(f"unknown time zone {e['time_zone']!r}")
+    elif section == "members":
+        if "@" not in e["email"]:
+            fail("'email' must be an email address")
+        if e["role"] not in Member.Role.values:
+            fail(f"'role' must be one of {', '.join(Member.Role.values)}")
+
+
+def _check_references(config: dict[str, list[dict[str, Any]]]) -> None:
+    def known(section: str, model: type[models.Model], field_name: str) -> set[str]:
+        in_file = {e[_KEY_FIELD[section]] for e in config[section]}
+        in_db = set(model.objects.values_list(field_name, flat=True))
+        return in_file | in_db
+
+    upstreams = known("upstreams", Upstream, "name")
+    deployments = known("deployments", Deployment, "name")
+    routes = known("routes", Route, "name")
+    teams = known("teams", Team, "slug")
+    checks = [
+        ("deployments", "upstream", upstreams, "upstream"),
+        ("routes", "chain", deployments, "deployment"),
+        ("applications", "routes", routes, "route"),
+        ("applications", "team", teams, "team"),
+        ("members", "team", teams, "team"),
+    ]
+    for section, field_name, names, kind in checks:
+        for i, e in enumerate(config[section]):
+            values = e[field_name] if isinstance(e[field_name], list) else [e[field_name]]
+            for value in values:
+                if value not in names:
+                    key = e[_KEY_FIELD[section]]
+                    raise ConfigError(f"{section}[{i}] ({key}): unknown {kind} {value!r}")
+
+
+def _sync(
+    model: type[models.Model], lookup: dict[str, Any], values: dict[str, Any]
+) -> tuple[Any, str]:
+    """Create or update one object, saving only what differs; says which it did."""
+    obj = model.objects.filter(**lookup).first()
+    if obj is None:
+        return model.objects.create(**lookup, **values), "created"
+    changed = [name for name, value in values.items() if _differs(getattr(obj, name), value)]
+    if not changed:
+        return obj, "unchanged"
+    for name in changed:
+        setattr(obj, name, values[name])
+    obj.save(update_fields=changed)
+    return obj, "updated"
+
+
+def _differs(current: Any, wanted: Any) -> bool:
+    if isinstance(current, Decimal):
+        return current != Decimal(str(wanted))
+    if isinstance(current, models.Model):
+        return current.pk != wanted.pk
+    return current != wanted
+
+
+@transaction.atomic
+def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
+    report = ApplyReport()
+    for e in config["upstreams"]:
+        values = {k: e[k] for k in ("kind", "base_url", "api_key_env")}
+        values |= {
+            "connect_timeout": float(e["connect_timeout"]),
+            "read_timeout": float(e["read_timeout"]),
+        }
+        report.add("upstreams", _sync(Upstream, {"name": e["name"]}, values)[1])
+    for e in config["deployments"]:
+        values = {k: v for k, v in e.items() if k not in ("name", "upstream")}
+        values["upstream"] = Upstream.objects.get(name=e["upstream"])
+        for price in ("input_price_per_million", "output_price_per_million"):
+            values[price] = Decimal(str(values[price]))
+        report.add("deployments", _sync(Deployment, {"name": e["name"]}, values)[1])
+    for e in config["routes"]:
+        route, state = _sync(Route, {"name": e["name"]}, {})
+        wanted = [Deployment.objects.get(name=n).pk for n in e["chain"]]
+        current = list(route.chain.order_by("position").values_list("deployment_id", flat=True))
+        if current != wanted:
+            route.chain.all().delete()
+            RouteDeployment.objects.bulk_create(
+                RouteDeployment(route=route, deployment_id=pk, position=i)
+                for i, pk in enumerate(wanted)
+            )
+            state = "updated" if state == "unchanged" else state
+        report.add("routes", state)
+    for e in config["teams"]:
+        values = {"name": e["name"] or e["slug"], "time_zone": e["time_zone"]}
+        report.add("teams", _sync(Team, {"slug": e["slug"]}, values)[1])
+    for e in config["applications"]:
+        app, state = _sync(
+            Application,
+            {"slug": e["slug"]},
+            {
+                "name": e["name"] or e["slug"],
+                "team": Team.objects.get(slug=e["team"]),
+                "default_priority": e["default_priority"],
+            },
+        )
+        wanted_routes = set(Route.objects.filter(name__in=e["routes"]).values_list("pk", flat=True))
+        if set(app.routes.values_list("pk", flat=True)) != wanted_routes:
+            app.routes.set(wanted_routes)
+            state = "updated" if state == "unchanged" else state
+        report.add("applications", state)
+    for e in config["members"]:
+        team = Team.objects.get(slug=e["team"])
+        existing = Member.objects.filter(user__email=e["email"]).first()
+        if existing and existing.team_id == team.pk and existing.role == e["role"]:
+            report.add("members", "unchanged")
+            continue
+        member_ensure(email=e["email"], team=team, role=e["role"])
+        report.add("members", "updated" if existing else "created")
+    return report

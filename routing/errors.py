@@ -1,0 +1,61 @@
+"""Errors Sluice answers itself, in OpenAI's shape: {"error": {message, type, code, param}}."""
+
+import json
+from dataclasses import dataclass, field
+
+from django.http import HttpResponse
+
+from routing.models import Outcome
+
+
+@dataclass
+class GatewayError(Exception):
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+    outcome: str = Outcome.INVALID_REQUEST
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def body(self) -> bytes:
+        return error_body(self.message, type=self.type, code=self.code, param=self.param)
+
+    def response(self) -> HttpResponse:
+        response = HttpResponse(self.body(), status=self.status, content_type="application/json")
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+def error_body(message: str, *, type: str, code: str | None, param: str | None = None) -> bytes:
+    payload = {"error": {"message": message, "type": type, "code": code, "param": param}}
+    return json.dumps(payload).encode()
+
+
+def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> GatewayError:
+    return GatewayError(400, message, code=code, param=param)
+
+
+def unauthorized(message: str) -> GatewayError:
+    return GatewayError(
+        401,
+        message,
+        type="authentication_error",
+        code="invalid_api_key",
+        outcome=Outcome.UNAUTHORIZED,
+    )
+
+
+def capacity_exhausted(retry_after: int) -> GatewayError:
+    return GatewayError(
+        503,
+        "Every deployment for this model is at capacity. Retry after the time in Retry-After.",
+        type="server_error",
+        code="capacity_exhausted",
+        outcome=Outcome.CAPACITY_EXHAUSTED,
+        headers={"Retry-After": str(retry_after)},
+    )

@@ -1,0 +1,138 @@
+"""Where calls go (upstreams, deployments, routes) and what happened to them (the audit)."""
+
+from django.db import models
+
+
+class Upstream(models.Model):
+    """An OpenAI-compatible API. Its key is read from the environment, never stored."""
+
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI-compatible"
+
+    name = models.SlugField(unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OPENAI)
+    base_url = models.URLField(max_length=500)
+    api_key_env = models.CharField(
+        max_length=100, blank=True, help_text="Name of the environment variable holding the key."
+    )
+    connect_timeout = models.FloatField(default=5.0)
+    read_timeout = models.FloatField(default=60.0)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Deployment(models.Model):
+    """One model at one upstream: what a route's chain is made of."""
+
+    name = models.SlugField(unique=True)
+    upstream = models.ForeignKey(Upstream, on_delete=models.PROTECT, related_name="deployments")
+    model = models.CharField(max_length=200, help_text="The model name the upstream expects.")
+    tier = models.CharField(max_length=50, default="standard")
+    max_concurrency = models.PositiveIntegerField(default=8)
+    context_window = models.PositiveIntegerField(default=128_000)
+    input_price_per_million = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    output_price_per_million = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Route(models.Model):
+    """The public model name clients send, and the chain of deployments that serve it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    deployments = models.ManyToManyField(
+        Deployment, through="RouteDeployment", related_name="routes"
+    )
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RouteDeployment(models.Model):
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="chain")
+    deployment = models.ForeignKey(Deployment, on_delete=models.PROTECT)
+    position = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["route", "position"], name="route_position_unique"),
+            models.UniqueConstraint(fields=["route", "deployment"], name="route_deployment_unique"),
+        ]
+
+
+class Outcome(models.TextChoices):
+    SUCCESS = "success"
+    INVALID_REQUEST = "invalid_request"  # refused by Sluice before any upstream call
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    CAPACITY_EXHAUSTED = "capacity_exhausted"
+    UPSTREAM_CLIENT_ERROR = "upstream_client_error"  # the upstream refused the request as bad
+    UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    CLIENT_CANCELLED = "client_cancelled"
+
+
+class CallRecord(models.Model):
+    """One row per call that reached Sluice. Names are copied, not only linked, so the
+    trail still reads right after a key, member or deployment is renamed or deleted.
+    No prompt or completion text is stored."""
+
+    request_id = models.CharField(max_length=40, primary_key=True)
+    created_at = models.DateTimeField(db_index=True)
+    member = models.ForeignKey(
+        "accounts.Member", null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+    )
+    member_email = models.CharField(max_length=254, blank=True)
+    application = models.ForeignKey(
+        "accounts.Application",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+    )
+    application_slug = models.CharField(max_length=50, blank=True)
+    key_prefix = models.CharField(max_length=40, blank=True, db_index=True)
+    priority = models.CharField(max_length=16, blank=True)
+    endpoint = models.CharField(max_length=32)
+    requested_model = models.CharField(max_length=200, blank=True)
+    served_deployment = models.CharField(max_length=50, blank=True)
+    upstream_model = models.CharField(max_length=200, blank=True)
+    stream = models.BooleanField(default=False)
+    outcome = models.CharField(max_length=32, choices=Outcome.choices)
+    status_code = models.PositiveSmallIntegerField()
+    error_message = models.CharField(max_length=500, blank=True)
+    attempt_count = models.PositiveSmallIntegerField(default=0)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=16, decimal_places=8, default=0)
+    latency_ms = models.FloatField(default=0)
+    ttfb_ms = models.FloatField(null=True, blank=True)
+    client_ip = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["member", "created_at"], name="call_member_time")]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class Attempt(models.Model):
+    """One row per try at one deployment within a call."""
+
+    call = models.ForeignKey(CallRecord, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    deployment = models.CharField(max_length=50)
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_class = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["call", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["call", "number"], name="attempt_number_unique")
+        ]

@@ -1,0 +1,128 @@
+"""A lean ASGI handler for the proxy's own paths (/v1/…).
+
+Django's ASGIHandler runs every request through the middleware stack, a new thread for its
+thread-sensitive context, and the request_started/finished signals, each a thread hop. The
+proxy needs none of them (it opens no session, renders no template and closes the database
+connections it uses itself), so this handler reads the body (refusing an oversized one
+early), resolves the URL and awaits the async view directly. It keeps Django's request
+class, URL resolver, response sending and disconnect handling.
+"""
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
+from django.urls import Resolver404, get_resolver, set_urlconf
+
+from routing.errors import GatewayError
+
+log = logging.getLogger("sluice.proxy")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def _too_large() -> HttpResponse:
+    limit = settings.SLUICE_MAX_BODY_BYTES
+    return GatewayError(
+        413,
+        f"The request body is larger than the limit of {limit} bytes.",
+        code="request_too_large",
+    ).response()
+
+
+class ProxyHandler(ASGIHandler):
+    def load_middleware(self, is_async: bool = False) -> None:
+        self._middleware_chain = self._respond  # no middleware on the proxy path
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            body_file = await self.read_body(receive, scope)
+        except RequestAborted:
+            return
+        except BodyTooLarge:
+            await self.send_response(_too_large(), send)
+            return
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            return
+
+        async def respond() -> None:
+            response = await self._respond(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away while the answer was being sent
+            finally:
+                response.close()
+
+        # Like Django's handler: a client that disconnects cancels the view.
+        listener = asyncio.create_task(self.listen_for_disconnect(receive))
+        worker = asyncio.create_task(respond())
+        try:
+            await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (worker, listener):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted, AssertionError):
+                    await task
+            body_file.close()
+
+    async def read_body(self, receive: Any, scope: dict[str, Any] | None = None) -> Any:
+        limit = settings.SLUICE_MAX_BODY_BYTES
+        if scope is not None:
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and value.isdigit() and int(value) > limit:
+                    raise BodyTooLarge
+        body_file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - the request owns it
+            max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b"
+        )
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body_file.close()
+                raise RequestAborted
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                body_file.close()
+                raise BodyTooLarge
+            body_file.write(chunk)
+            if not message.get("more_body", False):
+                break
+        body_file.seek(0)
+        return body_file
+
+    async def _respond(self, request: Any) -> HttpResponseBase:
+        set_urlconf(settings.ROOT_URLCONF)
+        try:
+            match = get_resolver().resolve(request.path_info)
+        except Resolver404:
+            return GatewayError(
+                404, f"Unknown endpoint: {request.path}", code="unknown_url"
+            ).response()
+        try:
+            return await match.func(request, *match.args, **match.kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Logged with its traceback here; the client gets the shape, never the trace.
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return GatewayError(
+                500, "Sluice hit an internal error.", type="server_error", code="internal_error"
+            ).response()

@@ -1,0 +1,78 @@
+"""Watches a server-sent-event stream as it is relayed, chunk by chunk.
+
+It learns the model the upstream reports and the usage Sluice asked for, drops the usage
+chunk when the client did not ask for it, and counts content chunks so a stream cut short
+still has an estimate of the tokens it produced.
+"""
+
+import json
+from typing import Any
+
+_EVENT_END = b"\n\n"
+_USAGE_OBJECT = (b'"usage":{', b'"usage": {')
+
+
+class StreamTap:
+    def __init__(self, *, forward_usage: bool) -> None:
+        self.forward_usage = forward_usage
+        self.model = ""
+        self.usage: dict[str, Any] | None = None
+        self.chunks = 0
+        self.error: dict[str, Any] | None = None
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to pass on: whole events only, in order."""
+        buffer = self._buffer + data
+        end = buffer.rfind(_EVENT_END)
+        if end < 0:
+            self._buffer = buffer
+            return b""
+        complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
+        if self.model and self.forward_usage and not any(u in complete for u in _USAGE_OBJECT):
+            # The common case: nothing to learn, pass the bytes on as they are.
+            self.chunks += complete.count(b"data: {")
+            return complete
+        kept = [event for event in complete.split(_EVENT_END) if event and self._keep(event)]
+        return b"".join(event + _EVENT_END for event in kept)
+
+    def flush(self) -> bytes:
+        """Whatever is left when the upstream closes (a last event without its blank line)."""
+        rest, self._buffer = self._buffer, b""
+        if rest.strip() and self._keep(rest.rstrip(b"\n")):
+            return rest.rstrip(b"\n") + _EVENT_END
+        return b""
+
+    def _keep(self, event: bytes) -> bool:
+        data = _data_of(event)
+        if data is None or data == b"[DONE]":
+            return True
+        is_usage = any(u in data for u in _USAGE_OBJECT)
+        if self.model and not is_usage and b'"error"' not in data:
+            self.chunks += 1
+            return True
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return True
+        if not isinstance(payload, dict):
+            return True
+        if isinstance(payload.get("error"), dict):
+            self.error = payload["error"]
+            return True
+        self.model = self.model or str(payload.get("model") or "")
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+            if not self.forward_usage and not payload.get("choices"):
+                return False  # the usage-only chunk the client did not ask for
+        if payload.get("choices"):
+            self.chunks += 1
+        return True
+
+
+def _data_of(event: bytes) -> bytes | None:
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            return line[5:].strip()
+    return None
