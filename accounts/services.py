@@ -18,7 +18,10 @@ class AccountError(Exception):
 def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> Member:
     """The member with this email, created (with an unusable password) if missing."""
     User = get_user_model()
-    user, _ = User.objects.get_or_create(username=email, defaults={"email": email})
+    user, created = User.objects.get_or_create(username=email, defaults={"email": email})
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
     if user.email != email:
         user.email = email
         user.save(update_fields=["email"])

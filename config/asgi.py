@@ -18,7 +18,7 @@ from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
 from routing.audit import audit_writer  # noqa: E402
 from routing.proxy_handler import ProxyHandler  # noqa: E402
-from routing.upstream import close_clients  # noqa: E402
+from routing.upstream import close_sessions  # noqa: E402
 
 _HEALTH_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
 
@@ -51,7 +51,7 @@ class Application:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await audit_writer.flush()
-                await close_clients()
+                await close_sessions()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

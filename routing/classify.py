@@ -21,6 +21,7 @@ class ErrorClass(StrEnum):
 
 
 _CAPACITY = re.compile(rb"at capacity|overloaded|over capacity|capacity exceeded", re.I)
+_ERROR_BODY = re.compile(rb'\s*\{\s*"error"\s*:')
 _CONTEXT = re.compile(
     rb"maximum context length|context[_ ]length[_ ]exceeded|context window|too many tokens"
     rb"|prompt is too long|reduce the length",
@@ -30,10 +31,14 @@ _CONTEXT = re.compile(
 
 def classify_status(status: int, body: bytes) -> ErrorClass | None:
     """The class of a complete upstream answer; None when it is a success."""
+    if status < 400:
+        # Some upstreams answer 200 with an error object; a completion that merely talks
+        # about being "overloaded" is still a completion.
+        if _ERROR_BODY.match(body) and _CAPACITY.search(body[:4096]):
+            return ErrorClass.CAPACITY
+        return None
     if _CAPACITY.search(body[:4096]):
         return ErrorClass.CAPACITY
-    if status < 400:
-        return None
     if status == 503:
         return ErrorClass.CAPACITY
     if status == 429:
@@ -64,7 +69,7 @@ CAPACITY_LIKE = frozenset({ErrorClass.CAPACITY, ErrorClass.RATE_LIMIT})
 
 
 class HeaderLookup(Protocol):
-    """Anything with a case-insensitive `.get(name)` (httpx.Headers is one)."""
+    """Anything with a case-insensitive `.get(name)` (aiohttp's response headers are)."""
 
     def get(self, name: str) -> str | None: ...
 

@@ -7,6 +7,7 @@ mention are left as they are. Upstream secrets are referenced by environment var
 (`api_key_env`), never written in the file or the database.
 """
 
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -102,6 +103,12 @@ _KEY_FIELD = {
 }
 
 
+_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
+_SLUG_KEYED = {"upstreams", "deployments", "teams", "applications"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PRICE_STEP = Decimal("0.000001")  # the database keeps 6 decimals
+
+
 def load_config(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     try:
         raw = tomllib.loads(Path(path).read_text())
@@ -168,21 +175,30 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
     def fail(message: str) -> None:
         raise ConfigError(f"{where}: {message}")
 
+    key = e[_KEY_FIELD[section]]
+    if section in _SLUG_KEYED and not _SLUG.fullmatch(key):
+        fail(f"'{_KEY_FIELD[section]}' must be 1-50 letters, digits, '-' or '_'")
+    if len(key) > 150:
+        fail(f"'{_KEY_FIELD[section]}' must be at most 150 characters")
     if section == "upstreams":
         url = urlsplit(e["base_url"])
         if url.scheme not in ("http", "https") or not url.netloc:
             fail(f"'base_url' must be an http(s) URL, not {e['base_url']!r}")
         if e["kind"] not in Upstream.Kind.values:
             fail(f"'kind' must be one of {', '.join(Upstream.Kind.values)}")
-        if e["connect_timeout"] <= 0 or e["read_timeout"] <= 0:
-            fail("timeouts must be positive numbers of seconds")
-        if e["api_key_env"] and not e["api_key_env"].replace("_", "").isalnum():
+        if not all(0 < e[t] <= 3600 for t in ("connect_timeout", "read_timeout")):
+            fail("timeouts must be between 0 and 3600 seconds")
+        if e["api_key_env"] and not _ENV_NAME.fullmatch(e["api_key_env"]):
             fail("'api_key_env' is the NAME of an environment variable, e.g. OPENAI_API_KEY")
     elif section == "deployments":
-        if e["max_concurrency"] < 1 or e["context_window"] < 1:
-            fail("'max_concurrency' and 'context_window' must be at least 1")
-        if e["input_price_per_million"] < 0 or e["output_price_per_million"] < 0:
-            fail("prices must not be negative")
+        if not 1 <= e["max_concurrency"] <= 100_000:
+            fail("'max_concurrency' must be between 1 and 100000")
+        if not 1 <= e["context_window"] <= 100_000_000:
+            fail("'context_window' must be between 1 and 100000000 tokens")
+        for price in ("input_price_per_million", "output_price_per_million"):
+            value = Decimal(str(e[price]))
+            if not 0 <= value <= 1_000_000 or value != value.quantize(_PRICE_STEP):
+                fail(f"'{price}' must be between 0 and 1000000 with at most 6 decimals")
     elif section in ("routes", "applications"):
         items = e["chain"] if section == "routes" else e["routes"]
         if not all(isinstance(x, str) for x in items):

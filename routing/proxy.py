@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -35,7 +35,7 @@ from routing.errors import GatewayError, capacity_exhausted, error_body
 from routing.models import Outcome
 from routing.payloads import ClientRequest, Endpoint, parse_request, upstream_body
 from routing.stream_tap import StreamTap
-from routing.upstream import open_response, transport_error_class
+from routing.upstream import UpstreamError, open_response, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
 
@@ -53,7 +53,7 @@ class Answer:
 @dataclass
 class OpenStream:
     deployment: DeploymentSpec
-    response: httpx.Response
+    response: aiohttp.ClientResponse
     attempt: AttemptLog
     started: float  # perf_counter() when the attempt began
 
@@ -164,24 +164,24 @@ async def _walk_chain(
         body = upstream_body(request, deployment.model)
         try:
             response = await open_response(deployment, request.endpoint.value, body)
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             attempt.error_class = transport_error_class(exc).value
             attempt.duration_ms = (time.perf_counter() - started) * 1000
             failures.append(ErrorClass(attempt.error_class))
             log.warning("%s: %s from %s", call.request_id, attempt.error_class, deployment.name)
             continue
-        attempt.status_code = response.status_code
-        if response.status_code == 200 and request.stream:
+        attempt.status_code = response.status
+        if response.status == 200 and request.stream:
             return OpenStream(deployment, response, attempt, started)
         try:
-            content = await response.aread()
-        except httpx.HTTPError as exc:
+            content = await response.read()
+        except UpstreamError as exc:
             error_class: ErrorClass | None = transport_error_class(exc)
             content = b""
         else:
-            error_class = classify_status(response.status_code, content)
+            error_class = classify_status(response.status, content)
         finally:
-            await response.aclose()
+            response.release()
         attempt.duration_ms = (time.perf_counter() - started) * 1000
 
         payload = None
@@ -196,9 +196,9 @@ async def _walk_chain(
         attempt.error_class = error_class.value
         failures.append(error_class)
         if error_class is ErrorClass.CONTEXT_LENGTH:
-            context_refusal = Answer(deployment, response.status_code, content, None)
+            context_refusal = Answer(deployment, response.status, content, None)
         elif error_class not in MOVE_ON:
-            return Answer(deployment, response.status_code, _openai_error(content), None)
+            return Answer(deployment, response.status, _openai_error(content), None)
         elif error_class in CAPACITY_LIKE:
             hint = retry_after_seconds(response.headers)
             if hint is not None:
@@ -208,7 +208,7 @@ async def _walk_chain(
                 "deployment %s looks misconfigured: upstream %s answered %d",
                 deployment.name,
                 deployment.upstream.name,
-                response.status_code,
+                response.status,
             )
     if context_refusal is not None:
         return Answer(
@@ -255,7 +255,7 @@ async def _relay(call: CallLog, stream: OpenStream, request: ClientRequest) -> A
     tap = StreamTap(forward_usage=request.wants_usage)
     outcome, status, message = Outcome.SUCCESS, 200, ""
     try:
-        async for data in stream.response.aiter_raw():
+        async for data in stream.response.content.iter_any():
             if call.ttfb_ms is None:
                 call.ttfb_ms = call.elapsed_ms()
             out = tap.feed(data)
@@ -270,7 +270,7 @@ async def _relay(call: CallLog, stream: OpenStream, request: ClientRequest) -> A
     except (asyncio.CancelledError, GeneratorExit):
         outcome, status = Outcome.CLIENT_CANCELLED, 499
         raise
-    except httpx.HTTPError as exc:
+    except UpstreamError as exc:
         error_class = transport_error_class(exc)
         stream.attempt.error_class = error_class.value
         outcome, status = Outcome.UPSTREAM_ERROR, 502
@@ -281,7 +281,10 @@ async def _relay(call: CallLog, stream: OpenStream, request: ClientRequest) -> A
             + b"\n\n"
         )
     finally:
-        await stream.response.aclose()
+        if outcome == Outcome.SUCCESS:
+            stream.response.release()  # read to the end: the connection goes back to the pool
+        else:
+            stream.response.close()  # cut short: drop the connection, cancelling upstream work
         stream.attempt.duration_ms = (time.perf_counter() - stream.started) * 1000
         call.upstream_model = tap.model
         usage = tap.usage or _estimated_usage(request, tap.chunks)

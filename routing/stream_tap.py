@@ -29,7 +29,12 @@ class StreamTap:
             self._buffer = buffer
             return b""
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
-        if self.model and self.forward_usage and not any(u in complete for u in _USAGE_OBJECT):
+        if (
+            self.model
+            and self.forward_usage
+            and b'"error"' not in complete
+            and not any(u in complete for u in _USAGE_OBJECT)
+        ):
             # The common case: nothing to learn, pass the bytes on as they are.
             self.chunks += complete.count(b"data: {")
             return complete

@@ -12,10 +12,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -170,9 +171,10 @@ def _wait_ready(url: str, children: list[subprocess.Popen], timeout: float = 30)
         if any(child.poll() is not None for child in children):
             raise CommandError("a demo process failed to start; see its output above")
         try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.2)
     raise CommandError(f"{url} did not answer within {timeout:.0f} s")

@@ -1,0 +1,98 @@
+"""A lean HTTP/1.1 load generator for the benchmarks.
+
+Keep-alive connections over raw asyncio streams, one coroutine per connection, so the
+client costs far less CPU per request than httpx would and the figures describe the server.
+Parses Content-Length and chunked bodies; that is all the gateway and simulator send.
+"""
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoadResult:
+    latencies: list[float] = field(default_factory=list)  # seconds, successful requests
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> int:
+        return len(self.latencies)
+
+    def rps(self) -> float:
+        return self.ok / self.elapsed if self.elapsed else 0.0
+
+    def percentile(self, p: float) -> float:
+        """Milliseconds."""
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        index = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))
+        return ordered[index] * 1000
+
+
+def build_request(host: str, port: int, path: str, body: dict, headers: dict[str, str]) -> bytes:
+    payload = json.dumps(body).encode()
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+    ]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    lowered = head.lower()
+    if b"transfer-encoding: chunked" in lowered:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    else:
+        start = lowered.find(b"content-length:")
+        length = int(lowered[start + 15 : lowered.find(b"\r\n", start)]) if start >= 0 else 0
+        await reader.readexactly(length)
+    return status
+
+
+async def _connection(
+    host: str, port: int, request: bytes, deadline: float, result: LoadResult
+) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            writer.write(request)
+            try:
+                status = await _read_response(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                result.errors += 1
+                writer.close()
+                reader, writer = await asyncio.open_connection(host, port)
+                continue
+            result.statuses[status] = result.statuses.get(status, 0) + 1
+            if status == 200:
+                result.latencies.append(time.perf_counter() - started)
+    finally:
+        writer.close()
+
+
+async def run_load(
+    host: str, port: int, request: bytes, *, concurrency: int, seconds: float
+) -> LoadResult:
+    result = LoadResult()
+    started = time.perf_counter()
+    deadline = started + seconds
+    await asyncio.gather(
+        *(_connection(host, port, request, deadline, result) for _ in range(concurrency))
+    )
+    result.elapsed = time.perf_counter() - started
+    return result
