@@ -74,6 +74,7 @@ class Outcome(models.TextChoices):
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
     CLIENT_CANCELLED = "client_cancelled"
+    INTERNAL_ERROR = "internal_error"
 
 
 class CallRecord(models.Model):

@@ -10,12 +10,10 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -34,7 +32,7 @@ from routing.classify import (
 from routing.errors import GatewayError, capacity_exhausted, error_body
 from routing.models import Outcome
 from routing.payloads import ClientRequest, Endpoint, parse_request, upstream_body
-from routing.stream_tap import StreamTap
+from routing.relay import OpenStream, StreamRelay, settle_usage
 from routing.upstream import UpstreamError, open_response, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
@@ -48,14 +46,6 @@ class Answer:
     status: int
     body: bytes
     payload: dict[str, Any] | None  # parsed body of a success
-
-
-@dataclass
-class OpenStream:
-    deployment: DeploymentSpec
-    response: aiohttp.ClientResponse
-    attempt: AttemptLog
-    started: float  # perf_counter() when the attempt began
 
 
 async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
@@ -84,18 +74,31 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         call.finish(outcome=Outcome.CLIENT_CANCELLED, status=499)
         audit_writer.record(call)
         raise
+    except Exception as exc:
+        # A bug, not an answer: the call is still recorded, the client gets the shape.
+        log.exception("%s: internal error", call.request_id)
+        error = GatewayError(
+            500,
+            "Sluice hit an internal error.",
+            type="server_error",
+            code="internal_error",
+            outcome=Outcome.INTERNAL_ERROR,
+        )
+        call.finish(outcome=error.outcome, status=500, error_message=type(exc).__name__)
+        audit_writer.record(call)
+        return _stamp(error.response(), call)
 
     call.served_deployment = result.deployment.name
     if isinstance(result, OpenStream):
         response = StreamingHttpResponse(
-            _relay(call, result, client_request), content_type="text/event-stream"
+            StreamRelay(call, result, client_request), content_type="text/event-stream"
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _stamp(response, call)
 
     if result.payload is not None:
-        _settle(call, result.deployment, result.payload.get("usage"))
+        settle_usage(call, result.deployment, result.payload.get("usage"))
         call.upstream_model = str(result.payload.get("model") or "")
         call.finish(outcome=Outcome.SUCCESS, status=200)
     else:
@@ -248,68 +251,6 @@ def _exhausted(route: RouteSpec, failures: list[ErrorClass], hints: list[float])
         code="upstream_error",
         outcome=Outcome.UPSTREAM_ERROR,
     )
-
-
-async def _relay(call: CallLog, stream: OpenStream, request: ClientRequest) -> AsyncIterator[bytes]:
-    """Pass the stream on as it arrives; whatever ends it, the call is settled and recorded."""
-    tap = StreamTap(forward_usage=request.wants_usage)
-    outcome, status, message = Outcome.SUCCESS, 200, ""
-    try:
-        async for data in stream.response.content.iter_any():
-            if call.ttfb_ms is None:
-                call.ttfb_ms = call.elapsed_ms()
-            out = tap.feed(data)
-            if out:
-                yield out
-        rest = tap.flush()
-        if rest:
-            yield rest
-        if tap.error is not None:
-            outcome, status = Outcome.UPSTREAM_ERROR, 502
-            message = str(tap.error.get("message", ""))[:500]
-    except (asyncio.CancelledError, GeneratorExit):
-        outcome, status = Outcome.CLIENT_CANCELLED, 499
-        raise
-    except UpstreamError as exc:
-        error_class = transport_error_class(exc)
-        stream.attempt.error_class = error_class.value
-        outcome, status = Outcome.UPSTREAM_ERROR, 502
-        message = f"The upstream stream broke off ({error_class.value})."
-        yield (
-            b"data: "
-            + error_body(message, type="server_error", code="stream_interrupted")
-            + b"\n\n"
-        )
-    finally:
-        if outcome == Outcome.SUCCESS:
-            stream.response.release()  # read to the end: the connection goes back to the pool
-        else:
-            stream.response.close()  # cut short: drop the connection, cancelling upstream work
-        stream.attempt.duration_ms = (time.perf_counter() - stream.started) * 1000
-        call.upstream_model = tap.model
-        usage = tap.usage or _estimated_usage(request, tap.chunks)
-        _settle(call, stream.deployment, usage)
-        call.finish(outcome=outcome, status=status, error_message=message)
-        audit_writer.record(call)
-
-
-def _settle(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
-    if not isinstance(usage, dict):
-        return
-    call.tokens_in = _int(usage.get("prompt_tokens"))
-    call.tokens_out = _int(usage.get("completion_tokens"))
-    call.cost = deployment.cost(call.tokens_in, call.tokens_out)
-
-
-def _estimated_usage(request: ClientRequest, chunks: int) -> dict[str, int]:
-    """When a stream ends before its usage chunk: about 4 characters a prompt token, one
-    token per content chunk."""
-    text = json.dumps(request.body.get("messages") or request.body.get("prompt") or "")
-    return {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": chunks}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _json_object(content: bytes) -> dict[str, Any] | None:

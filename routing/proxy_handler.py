@@ -69,10 +69,15 @@ class ProxyHandler(ASGIHandler):
 
         async def respond() -> None:
             response = await self._respond(request)
-            # No response.close(): it would fire request_finished, whose receivers close
-            # database connections from the event loop; the proxy holds none there.
-            with contextlib.suppress(asyncio.CancelledError):  # client left mid-answer
-                await self.send_response(response, send)
+            try:
+                with contextlib.suppress(asyncio.CancelledError):  # client left mid-answer
+                    await self.send_response(response, send)
+            finally:
+                # What response.close() would do, without its request_finished signal,
+                # whose receivers would close database connections from the event loop
+                # (the proxy holds none there). A stream never started settles here.
+                for closer in response._resource_closers:
+                    closer()
 
         # Like Django's handler: a client that disconnects cancels the view.
         listener = asyncio.create_task(self.listen_for_disconnect(receive))

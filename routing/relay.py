@@ -1,0 +1,115 @@
+"""Relaying an upstream stream to the client, and settling the call whatever ends it."""
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from routing.audit import AttemptLog, CallLog, audit_writer
+from routing.catalog import DeploymentSpec
+from routing.errors import error_body
+from routing.models import Outcome
+from routing.payloads import ClientRequest
+from routing.stream_tap import StreamTap
+from routing.upstream import UpstreamError, transport_error_class
+
+
+@dataclass
+class OpenStream:
+    """An upstream that answered 200 to a streaming request; its body is not read yet."""
+
+    deployment: DeploymentSpec
+    response: aiohttp.ClientResponse
+    attempt: AttemptLog
+    started: float  # perf_counter() when the attempt began
+
+
+class StreamRelay:
+    """The body of a streaming answer. Django iterates it; `close()` is registered as the
+    response's resource closer and settles a stream that was never started (the client
+    left between the headers and the first chunk), so every such call is still recorded
+    and its upstream request cancelled."""
+
+    def __init__(self, call: CallLog, stream: OpenStream, request: ClientRequest) -> None:
+        self.call, self.stream, self.request = call, stream, request
+        self.tap = StreamTap(forward_usage=request.wants_usage)
+        self._started = False
+        self._settled = False
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        self._started = True
+        return self._relay()
+
+    def close(self) -> None:
+        if not self._started:
+            self._settle(Outcome.CLIENT_CANCELLED, 499, "")
+
+    async def _relay(self) -> AsyncIterator[bytes]:
+        outcome, status, message = Outcome.SUCCESS, 200, ""
+        try:
+            async for data in self.stream.response.content.iter_any():
+                if self.call.ttfb_ms is None:
+                    self.call.ttfb_ms = self.call.elapsed_ms()
+                out = self.tap.feed(data)
+                if out:
+                    yield out
+            rest = self.tap.flush()
+            if rest:
+                yield rest
+            if self.tap.error is not None:
+                outcome, status = Outcome.UPSTREAM_ERROR, 502
+                message = str(self.tap.error.get("message", ""))
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome, status = Outcome.CLIENT_CANCELLED, 499
+            raise
+        except UpstreamError as exc:
+            # Bytes already reached the client, so no fallback: end the stream with an
+            # error event it can recognise.
+            error_class = transport_error_class(exc)
+            self.stream.attempt.error_class = error_class.value
+            outcome, status = Outcome.UPSTREAM_ERROR, 502
+            message = f"The upstream stream broke off ({error_class.value})."
+            event = error_body(message, type="server_error", code="stream_interrupted")
+            yield b"data: " + event + b"\n\n"
+        finally:
+            self._settle(outcome, status, message)
+
+    def _settle(self, outcome: str, status: int, message: str) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        response, call = self.stream.response, self.call
+        if outcome == Outcome.SUCCESS:
+            response.release()  # read to the end: the connection goes back to the pool
+        else:
+            response.close()  # cut short: drop the connection, cancelling upstream work
+        self.stream.attempt.duration_ms = (time.perf_counter() - self.stream.started) * 1000
+        call.upstream_model = self.tap.model
+        usage = self.tap.usage or estimated_usage(self.request, self.tap.chunks)
+        settle_usage(call, self.stream.deployment, usage)
+        call.finish(outcome=outcome, status=status, error_message=message)
+        audit_writer.record(call)
+
+
+def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
+    """Tokens and cost from an upstream's `usage` object."""
+    if not isinstance(usage, dict):
+        return
+    call.tokens_in = _count(usage.get("prompt_tokens"))
+    call.tokens_out = _count(usage.get("completion_tokens"))
+    call.cost = deployment.cost(call.tokens_in, call.tokens_out)
+
+
+def estimated_usage(request: ClientRequest, chunks: int) -> dict[str, int]:
+    """When a stream ends before its usage chunk: about 4 characters a prompt token, one
+    token per content chunk relayed."""
+    text = json.dumps(request.body.get("messages") or request.body.get("prompt") or "")
+    return {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": chunks}
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

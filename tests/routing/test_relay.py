@@ -1,0 +1,66 @@
+"""Stream relaying against the real simulator: every way a stream ends is settled once."""
+
+from decimal import Decimal
+
+import pytest
+
+from routing.audit import AttemptLog, CallLog
+from routing.catalog import DeploymentSpec, UpstreamSpec
+from routing.payloads import Endpoint, parse_request, upstream_body
+from routing.relay import OpenStream, StreamRelay
+from routing.upstream import close_sessions, open_response
+from tests.conftest import SimulatorHandle, wait_until
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CallLog]:
+    calls: list[CallLog] = []
+    monkeypatch.setattr("routing.relay.audit_writer.record", calls.append)
+    return calls
+
+
+def _deployment(simulator: SimulatorHandle) -> DeploymentSpec:
+    upstream = UpstreamSpec("sim", f"{simulator.url}/v1", None, 5.0, 30.0)
+    return DeploymentSpec("slow", "slow", upstream, "t", 8, 1000, Decimal(1), Decimal(2))
+
+
+async def _open(simulator: SimulatorHandle) -> tuple[StreamRelay, CallLog]:
+    request = parse_request(
+        Endpoint.CHAT,
+        b'{"model": "slow", "stream": true, "messages": [{"role": "user", "content": "hi"}]}',
+    )
+    deployment = _deployment(simulator)
+    call = CallLog(request_id="req_relay", endpoint="chat/completions", client_ip=None)
+    attempt = AttemptLog(number=1, deployment="slow", started_at=call.created_at)
+    call.attempts.append(attempt)
+    response = await open_response(deployment, "chat/completions", upstream_body(request, "slow"))
+    assert response.status == 200
+    return StreamRelay(call, OpenStream(deployment, response, attempt, call.started), request), call
+
+
+async def test_stream_never_started_is_settled_as_cancelled_and_frees_upstream(
+    slow_simulator: SimulatorHandle, recorded: list[CallLog]
+):
+    relay, call = await _open(slow_simulator)
+    relay.close()  # the client left before the first chunk
+    relay.close()  # closing twice records once
+    await close_sessions()
+
+    assert [c.outcome for c in recorded] == ["client_cancelled"]
+    assert call.status_code == 499
+    wait_until(lambda: slow_simulator.stats("slow")["in_flight"] == 0, timeout=2)
+
+
+async def test_stream_read_to_the_end_is_settled_once_with_usage(
+    slow_simulator: SimulatorHandle, recorded: list[CallLog]
+):
+    relay, call = await _open(slow_simulator)
+    body = b"".join([chunk async for chunk in relay])
+    relay.close()  # Django's resource closer runs after the body was sent
+    await close_sessions()
+
+    assert body.endswith(b"data: [DONE]\n\n")
+    assert b'"choices":[]' not in body  # the usage chunk the client did not ask for
+    assert [c.outcome for c in recorded] == ["success"]
+    assert (call.tokens_out, call.upstream_model) == (40, "slow")
+    assert call.cost == Decimal(call.tokens_in * 1 + 40 * 2) / 1_000_000
