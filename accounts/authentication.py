@@ -38,6 +38,7 @@ class Principal:
     application_slug: str
     allowed_routes: frozenset[str]
     default_priority: str
+    fallback: str
 
 
 _cache: dict[str, tuple[float, Principal | None]] = {}
@@ -66,6 +67,7 @@ def _load(prefix: str) -> Principal | None:
         application_slug=key.application.slug,
         allowed_routes=routes,
         default_priority=key.application.default_priority,
+        fallback=key.application.fallback,
     )
 
 

@@ -9,6 +9,12 @@ class PriorityClass(models.TextChoices):
     BATCH = "batch", "Batch"
 
 
+class Fallback(models.TextChoices):
+    ANY = "any", "Any deployment in the chain"
+    SAME_TIER = "same-tier", "Only deployments of the first one's tier"
+    NONE = "none", "Never leave the first deployment"
+
+
 class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
@@ -40,6 +46,12 @@ class Application(models.Model):
     routes = models.ManyToManyField("routing.Route", blank=True, related_name="applications")
     default_priority = models.CharField(
         max_length=16, choices=PriorityClass.choices, default=PriorityClass.INTERACTIVE
+    )
+    fallback = models.CharField(
+        max_length=16,
+        choices=Fallback.choices,
+        default=Fallback.ANY,
+        help_text="Default fallback policy; X-Sluice-Fallback overrides it per request.",
     )
 
     def __str__(self) -> str:

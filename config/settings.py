@@ -84,6 +84,9 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# Every key Sluice writes to Redis starts with this, so installations (or test runs) can
+# share one Redis without seeing each other's state.
+SLUICE_REDIS_PREFIX = os.environ.get("SLUICE_REDIS_PREFIX", "sluice")
 if REDIS_URL:
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}

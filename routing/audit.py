@@ -42,6 +42,9 @@ class AttemptLog:
     duration_ms: float = 0.0
     status_code: int | None = None
     error_class: str = ""
+    retry_delay_ms: float | None = None
+    retry_reason: str = ""
+    skipped: str = ""  # not sent: breaker, concurrency, budget or drain
 
 
 @dataclass
@@ -69,7 +72,14 @@ class CallLog:
     cost: Decimal = Decimal(0)
     latency_ms: float = 0.0
     ttfb_ms: float | None = None
+    retries: int = 0
+    fell_back: bool = False
     attempts: list[AttemptLog] = field(default_factory=list)
+
+    @property
+    def attempt_count(self) -> int:
+        """Upstream attempts actually sent (skipped deployments are rows too)."""
+        return sum(1 for a in self.attempts if not a.skipped)
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -98,7 +108,9 @@ class CallLog:
             "outcome": self.outcome,
             "status_code": self.status_code,
             "error_message": self.error_message,
-            "attempt_count": len(self.attempts),
+            "attempt_count": self.attempt_count,
+            "retries": self.retries,
+            "fell_back": self.fell_back,
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "cost": self.cost,
@@ -117,6 +129,9 @@ class CallLog:
                 "duration_ms": round(a.duration_ms, 3),
                 "status_code": a.status_code,
                 "error_class": a.error_class,
+                "retry_delay_ms": None if a.retry_delay_ms is None else round(a.retry_delay_ms, 3),
+                "retry_reason": a.retry_reason,
+                "skipped": a.skipped,
             }
             for a in self.attempts
         ]

@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.conf import settings
 
 from routing.db import db_read
+from routing.deployment_state import Limits
 from routing.models import Route
 
 
@@ -32,6 +33,11 @@ class DeploymentSpec:
     context_window: int
     input_price_per_million: Decimal
     output_price_per_million: Decimal
+    limits: Limits
+    drained_until: float | None = None  # epoch seconds
+
+    def drained(self, now: float) -> bool:
+        return self.drained_until is not None and now < self.drained_until
 
     def cost(self, tokens_in: int, tokens_out: int) -> Decimal:
         return (
@@ -40,9 +46,19 @@ class DeploymentSpec:
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    timeout: float
+    max_attempts: int
+    backoff_base: float
+    backoff_cap: float
+    retry_after_cap: float
+
+
+@dataclass(frozen=True)
 class RouteSpec:
     name: str
     chain: tuple[DeploymentSpec, ...]  # enabled deployments, in order
+    policy: RetryPolicy
 
 
 def _load() -> dict[str, RouteSpec]:
@@ -70,9 +86,23 @@ def _load() -> dict[str, RouteSpec]:
                     context_window=d.context_window,
                     input_price_per_million=d.input_price_per_million,
                     output_price_per_million=d.output_price_per_million,
+                    limits=Limits(
+                        max_concurrency=d.max_concurrency,
+                        threshold=d.breaker_threshold,
+                        cooldown=d.breaker_cooldown,
+                        retry_ratio=d.retry_budget,
+                    ),
+                    drained_until=d.drained_until.timestamp() if d.drained_until else None,
                 )
             )
-        routes[route.name] = RouteSpec(name=route.name, chain=tuple(chain))
+        policy = RetryPolicy(
+            timeout=route.timeout_seconds,
+            max_attempts=route.max_attempts,
+            backoff_base=route.backoff_base,
+            backoff_cap=route.backoff_cap,
+            retry_after_cap=route.retry_after_cap,
+        )
+        routes[route.name] = RouteSpec(name=route.name, chain=tuple(chain), policy=policy)
     return routes
 
 

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import models, transaction
 
-from accounts.models import Application, Member, PriorityClass, Team
+from accounts.models import Application, Fallback, Member, PriorityClass, Team
 from accounts.services import member_ensure
 from routing.models import Deployment, Route, RouteDeployment, Upstream
 
@@ -73,8 +73,19 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "input_price_per_million": (_NUM, False, 0),
         "output_price_per_million": (_NUM, False, 0),
         "enabled": ((bool,), False, True),
+        "breaker_threshold": ((int,), False, 3),
+        "breaker_cooldown": (_NUM, False, 300.0),
+        "retry_budget": (_NUM, False, 0.1),
     },
-    "routes": {"name": ((str,), True, None), "chain": ((list,), True, None)},
+    "routes": {
+        "name": ((str,), True, None),
+        "chain": ((list,), True, None),
+        "timeout_seconds": (_NUM, False, 60.0),
+        "max_attempts": ((int,), False, 5),
+        "backoff_base": (_NUM, False, 1.0),
+        "backoff_cap": (_NUM, False, 30.0),
+        "retry_after_cap": (_NUM, False, 30.0),
+    },
     "teams": {
         "slug": ((str,), True, None),
         "name": ((str,), False, None),
@@ -86,6 +97,7 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "team": ((str,), True, None),
         "routes": ((list,), False, []),
         "default_priority": ((str,), False, PriorityClass.INTERACTIVE),
+        "fallback": ((str,), False, Fallback.ANY),
     },
     "members": {
         "email": ((str,), True, None),
@@ -195,6 +207,12 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail("'max_concurrency' must be between 1 and 100000")
         if not 1 <= e["context_window"] <= 100_000_000:
             fail("'context_window' must be between 1 and 100000000 tokens")
+        if not 1 <= e["breaker_threshold"] <= 1000:
+            fail("'breaker_threshold' must be between 1 and 1000")
+        if not 0 < e["breaker_cooldown"] <= 86_400:
+            fail("'breaker_cooldown' must be between 0 and 86400 seconds")
+        if not 0 <= e["retry_budget"] <= 1:
+            fail("'retry_budget' must be a share between 0 and 1")
         for price in ("input_price_per_million", "output_price_per_million"):
             value = Decimal(str(e[price]))
             if not 0 <= value <= 1_000_000 or value != value.quantize(_PRICE_STEP):
@@ -205,10 +223,21 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail("lists must hold names (strings)")
         if len(set(items)) != len(items):
             fail("a name appears twice in the list")
-        if section == "routes" and not items:
-            fail("'chain' must name at least one deployment")
+        if section == "routes":
+            if not items:
+                fail("'chain' must name at least one deployment")
+            if not 0 < e["timeout_seconds"] <= 3600:
+                fail("'timeout_seconds' must be between 0 and 3600")
+            if not 1 <= e["max_attempts"] <= 20:
+                fail("'max_attempts' must be between 1 and 20")
+            if not 0 <= e["backoff_base"] <= e["backoff_cap"] <= 600:
+                fail("backoff must satisfy 0 <= backoff_base <= backoff_cap <= 600")
+            if not 0 <= e["retry_after_cap"] <= 600:
+                fail("'retry_after_cap' must be between 0 and 600 seconds")
         if section == "applications" and e["default_priority"] not in PriorityClass.values:
             fail(f"'default_priority' must be one of {', '.join(PriorityClass.values)}")
+        if section == "applications" and e["fallback"] not in Fallback.values:
+            fail(f"'fallback' must be one of {', '.join(Fallback.values)}")
     elif section == "teams":
         try:
             ZoneInfo(e["time_zone"])
@@ -288,7 +317,8 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
             values[price] = Decimal(str(values[price]))
         report.add("deployments", _sync(Deployment, {"name": e["name"]}, values)[1])
     for e in config["routes"]:
-        route, state = _sync(Route, {"name": e["name"]}, {})
+        values = {k: v for k, v in e.items() if k not in ("name", "chain")}
+        route, state = _sync(Route, {"name": e["name"]}, values)
         wanted = [Deployment.objects.get(name=n).pk for n in e["chain"]]
         current = list(route.chain.order_by("position").values_list("deployment_id", flat=True))
         if current != wanted:
@@ -310,6 +340,7 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
                 "name": e["name"] or e["slug"],
                 "team": Team.objects.get(slug=e["team"]),
                 "default_priority": e["default_priority"],
+                "fallback": e["fallback"],
             },
         )
         wanted_routes = set(Route.objects.filter(name__in=e["routes"]).values_list("pk", flat=True))

@@ -243,7 +243,7 @@ def state_from_settings() -> DeploymentState:
     if settings.REDIS_URL:
         from routing.deployment_state_redis import RedisDeploymentState
 
-        return RedisDeploymentState(settings.REDIS_URL)
+        return RedisDeploymentState(settings.REDIS_URL, settings.SLUICE_REDIS_PREFIX)
     return LocalDeploymentState()
 
 

@@ -116,18 +116,18 @@ return 1
 """
 
 
-def _keys(name: str) -> list[str]:
-    # The hash tag keeps a deployment's keys on one Redis Cluster slot.
-    base = f"sluice:dep:{{{name}}}"
-    return [f"{base}:state", f"{base}:slots", f"{base}:budget"]
-
-
 class RedisDeploymentState:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, prefix: str = "sluice") -> None:
         self.url = url
+        self.prefix = prefix
         self._clients: dict[asyncio.AbstractEventLoop, redis.Redis] = {}
         self._fallback = LocalDeploymentState()
         self._failing_since: float | None = None
+
+    def _keys(self, name: str) -> list[str]:
+        # The hash tag keeps a deployment's keys on one Redis Cluster slot.
+        base = f"{self.prefix}:dep:{{{name}}}"
+        return [f"{base}:state", f"{base}:slots", f"{base}:budget"]
 
     def _client(self) -> redis.Redis:
         loop = asyncio.get_running_loop()
@@ -160,7 +160,7 @@ class RedisDeploymentState:
         try:
             self._client()
             admitted, refusal, retry_in = await self._acquire(
-                keys=_keys(name),
+                keys=self._keys(name),
                 args=[
                     now,
                     limits.max_concurrency,
@@ -189,7 +189,7 @@ class RedisDeploymentState:
         try:
             self._client()
             await self._release(
-                keys=_keys(name),
+                keys=self._keys(name),
                 args=[
                     now,
                     limits.max_concurrency,
@@ -211,7 +211,9 @@ class RedisDeploymentState:
             async with self._client().pipeline(transaction=False) as pipe:
                 for name, (limits, slots) in held.items():
                     if slots:
-                        pipe.zadd(_keys(name)[1], {s: now + limits.lease for s in slots}, xx=True)
+                        pipe.zadd(
+                            self._keys(name)[1], {s: now + limits.lease for s in slots}, xx=True
+                        )
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             self._down(exc)
@@ -219,7 +221,7 @@ class RedisDeploymentState:
 
     async def snapshot(self, name: str, limits: Limits, *, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now
-        state, slots, _ = _keys(name)
+        state, slots, _ = self._keys(name)
         client = self._client()
         fields = await client.hmget(state, "mode", "limit", "failures", "open_until", "reason")
         in_flight = await client.zcount(slots, now, "+inf")
@@ -238,4 +240,4 @@ class RedisDeploymentState:
         )
 
     async def reset(self, name: str) -> None:
-        await self._client().delete(*_keys(name))
+        await self._client().delete(*self._keys(name))

@@ -59,3 +59,27 @@ def capacity_exhausted(retry_after: int) -> GatewayError:
         outcome=Outcome.CAPACITY_EXHAUSTED,
         headers={"Retry-After": str(retry_after)},
     )
+
+
+def json_object(content: bytes) -> dict | None:
+    try:
+        payload = json.loads(content)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def openai_error(content: bytes) -> bytes:
+    """An upstream's refusal, passed on in OpenAI's shape even if the upstream's is not."""
+    payload = json_object(content)
+    if payload is not None and isinstance(payload.get("error"), dict):
+        return content
+    text = content.decode("utf-8", "replace")[:500] or "The upstream refused the request."
+    return error_body(text, type="invalid_request_error", code="upstream_rejected")
+
+
+def error_message(content: bytes) -> str:
+    """The message of an OpenAI-shaped error body, for the audit trail."""
+    payload = json_object(content)
+    error = payload.get("error") if payload else None
+    return str(error.get("message", ""))[:500] if isinstance(error, dict) else ""

@@ -34,15 +34,39 @@ class Deployment(models.Model):
     input_price_per_million = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     output_price_per_million = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     enabled = models.BooleanField(default=True)
+    breaker_threshold = models.PositiveSmallIntegerField(
+        default=3, help_text="Consecutive capacity/rate-limit/server errors that open it."
+    )
+    breaker_cooldown = models.FloatField(default=300.0, help_text="Seconds it stays open.")
+    retry_budget = models.FloatField(
+        default=0.1, help_text="Retries allowed as a share of first attempts (last minute)."
+    )
+    drained_until = models.DateTimeField(
+        null=True, blank=True, help_text="Taken out of service (drill) until then."
+    )
+    config_error = models.CharField(max_length=300, blank=True)
+    config_error_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
 
 
 class Route(models.Model):
-    """The public model name clients send, and the chain of deployments that serve it."""
+    """The public model name clients send, the chain of deployments that serve it, and how
+    hard to try (DESIGN.md's seed defaults)."""
 
     name = models.CharField(max_length=200, unique=True)
+    timeout_seconds = models.FloatField(
+        default=60.0, help_text="Deadline of a call: no retry, wait or fallback outlives it."
+    )
+    max_attempts = models.PositiveSmallIntegerField(
+        default=5, help_text="Upstream attempts per call, across the whole chain."
+    )
+    backoff_base = models.FloatField(default=1.0)
+    backoff_cap = models.FloatField(default=30.0)
+    retry_after_cap = models.FloatField(
+        default=30.0, help_text="An upstream Retry-After longer than this moves on instead."
+    )
     deployments = models.ManyToManyField(
         Deployment, through="RouteDeployment", related_name="routes"
     )
@@ -107,6 +131,12 @@ class CallRecord(models.Model):
     status_code = models.PositiveSmallIntegerField()
     error_message = models.CharField(max_length=500, blank=True)
     attempt_count = models.PositiveSmallIntegerField(default=0)
+    retries = models.PositiveSmallIntegerField(
+        default=0, help_text="Attempts at a deployment this call had already tried."
+    )
+    fell_back = models.BooleanField(
+        default=False, help_text="Served by a deployment other than the first of the chain."
+    )
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=16, decimal_places=8, default=0)
@@ -131,6 +161,13 @@ class Attempt(models.Model):
     duration_ms = models.FloatField()
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error_class = models.CharField(max_length=32, blank=True)
+    retry_delay_ms = models.FloatField(
+        null=True, blank=True, help_text="The wait chosen before this attempt."
+    )
+    retry_reason = models.CharField(max_length=16, blank=True)  # backoff | retry_after | wait
+    skipped = models.CharField(
+        max_length=16, blank=True, help_text="Not sent: breaker, concurrency, budget or drain."
+    )
 
     class Meta:
         ordering = ["call", "number"]

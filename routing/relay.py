@@ -3,14 +3,16 @@
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from routing.audit import AttemptLog, CallLog, audit_writer
+from routing.background import spawn
 from routing.catalog import DeploymentSpec
+from routing.deployment_state import Result
 from routing.errors import error_body
 from routing.models import Outcome
 from routing.payloads import ClientRequest
@@ -26,6 +28,8 @@ class OpenStream:
     response: aiohttp.ClientResponse
     attempt: AttemptLog
     started: float  # perf_counter() when the attempt began
+    # Frees the deployment's slot and tells its breaker how the stream went.
+    release: Callable[[Result], Awaitable[None]] | None = None
 
 
 class StreamRelay:
@@ -87,12 +91,25 @@ class StreamRelay:
             response.release()  # read to the end: the connection goes back to the pool
         else:
             response.close()  # cut short: drop the connection, cancelling upstream work
+        if self.stream.release is not None:
+            spawn(self.stream.release(self._result(outcome)))
         self.stream.attempt.duration_ms = (time.perf_counter() - self.stream.started) * 1000
         call.upstream_model = self.tap.model
         usage = self.tap.usage or estimated_usage(self.request, self.tap.chunks)
         settle_usage(call, self.stream.deployment, usage)
         call.finish(outcome=outcome, status=status, error_message=message)
         audit_writer.record(call)
+
+    def _result(self, outcome: str) -> Result:
+        """How the stream went, for the deployment's breaker and adaptive limit."""
+        if outcome == Outcome.SUCCESS:
+            return Result.SUCCESS
+        if outcome == Outcome.CLIENT_CANCELLED:
+            return Result.NEUTRAL
+        error = self.tap.error or {}
+        text = f"{error.get('message', '')} {error.get('code', '')}".lower()
+        at_capacity = "capacity" in text or "overloaded" in text
+        return Result.CAPACITY if at_capacity else Result.FAILURE
 
 
 def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:

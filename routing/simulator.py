@@ -13,17 +13,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import math
 import os
 import random
+import socket
 import struct
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,6 +40,32 @@ MAX_CHOICES = 128  # OpenAI's own limit for `n`; also stops a request from askin
 
 CAPACITY_MESSAGE = "Selected model is at capacity. Please try a different model."
 RATE_LIMIT_MESSAGE = "Rate limit reached for requests (simulated). Please try again later."
+CONTEXT_LENGTH_MESSAGE = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+    "9000 tokens."
+)
+AUTH_MESSAGE = "Incorrect API key provided."
+SERVER_ERROR_MESSAGE = "The server had an error while processing your request. Sorry about that!"
+GARBAGE_BODY = b"<html>upstream proxy error</html>"
+
+# Injectable faults, one per upstream error class (see DESIGN.md "Error classes"). A model's
+# faults are drawn in this order, one independent draw each; the first that fires answers.
+FAULT_KINDS: tuple[str, ...] = (
+    "capacity",  # 503 "at capacity"
+    "rate_limit",  # 429 with retry-after / retry-after-ms
+    "rate_limit_bare",  # 429 without any retry-after
+    "context_length",  # 400 context_length_exceeded
+    "auth",  # 401 invalid_api_key
+    "not_found",  # 404 model_not_found
+    "server_error",  # 500 server_error
+    "garbage",  # 200 whose body is not JSON (nor JSON events when streaming)
+    "reset",  # TCP reset instead of any HTTP response
+    "hang",  # holds a slot and never answers, until the client goes away
+    "stream_cut",  # streaming: half the tokens, then the connection drops; else like reset
+)
+# These hold a slot (in_flight) while they run, like a real request; the others answer at once,
+# before capacity admission.
+_SLOT_FAULTS = frozenset({"hang", "stream_cut"})
 
 # One shared encoder: compact separators and no per-call keyword processing.
 _encode = json.JSONEncoder(separators=(",", ":")).encode
@@ -119,24 +147,104 @@ def parse_model_spec(spec: str) -> tuple[str, int]:
     return name, cap
 
 
-def parse_schedule(spec: str) -> list[tuple[float, str, int]]:
-    """``"30:big=0,90:big=4"`` -> ``[(30.0, "big", 0), (90.0, "big", 4)]``, sorted by time."""
-    entries: list[tuple[float, str, int]] = []
+class FaultSpec(NamedTuple):
+    """One ``--fault``: inject ``kind`` into ``model``'s answers with ``probability``."""
+
+    model: str
+    kind: str
+    probability: float
+    retry_after: float | None = None  # rate_limit only: seconds sent in retry-after(-ms)
+
+
+class ScheduledFault(NamedTuple):
+    """A schedule entry setting one fault's probability (0 removes it) at ``at`` seconds."""
+
+    at: float
+    model: str
+    kind: str
+    probability: float
+    retry_after: float | None = None
+
+
+# A schedule entry: (at_s, model, capacity) or a ScheduledFault.
+ScheduleEntry = tuple[float, str, int] | ScheduledFault
+
+
+def _fault_kind(kind: str, context: str) -> str:
+    kind = kind.strip()
+    if kind not in FAULT_KINDS:
+        raise ValueError(
+            f"{context}: unknown fault kind {kind!r} (one of {', '.join(FAULT_KINDS)})"
+        )
+    return kind
+
+
+def _probability(value: Any, what: str) -> float:
+    return _number(value, what, float, 0, 1)
+
+
+def _fault_value(value: str, kind: str, context: str) -> tuple[float, float | None]:
+    """``"0.5"`` or ``"0.5:3"`` (rate_limit only) -> (probability, retry_after)."""
+    probability, sep, param = value.partition(":")
+    p = _probability(probability.strip(), f"{context}: probability")
+    if not sep:
+        return p, None
+    if kind != "rate_limit":
+        raise ValueError(f"{context}: only rate_limit takes a parameter (:RETRY_AFTER_SECONDS)")
+    return p, _number(param.strip(), f"{context}: retry-after", float, 0, 86400)
+
+
+def parse_fault(spec: str) -> FaultSpec:
+    """``"big:rate_limit=0.5:3"`` -> ``FaultSpec("big", "rate_limit", 0.5, 3.0)``.
+
+    MODEL:KIND=PROBABILITY[:RETRY_AFTER]; the kind is after the *last* colon before ``=``, so
+    model names may contain colons ("llama3:8b:server_error=1").
+    """
+    head, eq, value = spec.strip().rpartition("=")
+    name, sep, kind = head.rpartition(":")
+    context = f"invalid fault {spec!r}"
+    if not eq or not sep:
+        raise ValueError(
+            f"{context}: expected MODEL:KIND=PROBABILITY[:RETRY_AFTER], e.g. big:server_error=1"
+        )
+    name = _model_name(name, context)
+    kind = _fault_kind(kind, context)
+    probability, retry_after = _fault_value(value, kind, context)
+    return FaultSpec(name, kind, probability, retry_after)
+
+
+def parse_schedule(spec: str) -> list[ScheduleEntry]:
+    """Timed changes, sorted by time (entries at the same time keep their written order).
+
+    ``"30:big=0,90:big=4"`` -> ``[(30.0, "big", 0), (90.0, "big", 4)]`` (capacities), and
+    ``"10:big!server_error=1"`` -> ``[ScheduledFault(10.0, "big", "server_error", 1.0)]`` (a
+    fault's probability; 0 removes it; ``10:big!rate_limit=1:3`` also sets its retry-after).
+    """
+    entries: list[ScheduleEntry] = []
     for raw in spec.split(","):
         item = raw.strip()
         if not item:
             continue
+        context = f"invalid schedule entry {item!r}"
         at, sep, rest = item.partition(":")
-        name, eq, capacity = rest.rpartition("=")
+        name, eq, value = rest.rpartition("=")
         if not sep or not eq:
             raise ValueError(
-                f"invalid schedule entry {item!r}: expected SECONDS:MODEL=CAPACITY, e.g. 30:big=0"
+                f"{context}: expected SECONDS:MODEL=CAPACITY or "
+                "SECONDS:MODEL!FAULT=PROBABILITY, e.g. 30:big=0 or 10:big!server_error=1"
             )
-        when = _number(at.strip(), f"invalid schedule entry {item!r}: time", float, 0)
-        name = _model_name(name, f"invalid schedule entry {item!r}")
-        cap = _number(capacity.strip(), f"invalid schedule entry {item!r}: capacity", int, 0)
-        entries.append((when, name, cap))
-    entries.sort(key=lambda e: e[0])  # stable: same-time entries keep their written order
+        when = _number(at.strip(), f"{context}: time", float, 0)
+        if "!" in name:
+            name, _, kind = name.rpartition("!")
+            name = _model_name(name, context)
+            kind = _fault_kind(kind, context)
+            probability, retry_after = _fault_value(value, kind, context)
+            entries.append(ScheduledFault(when, name, kind, probability, retry_after))
+        else:
+            name = _model_name(name, context)
+            cap = _number(value.strip(), f"{context}: capacity", int, 0)
+            entries.append((when, name, cap))
+    entries.sort(key=lambda e: e[0])
     return entries
 
 
@@ -148,8 +256,9 @@ class SimulatorConfig:
     output_tokens: int = 16
     rate_limit_probability: float = 0.0
     retry_after: int | None = None  # seconds; None sends the 429 without Retry-After
-    schedule: list[tuple[float, str, int]] = field(default_factory=list)  # (at_s, model, cap)
-    seed: int | None = None
+    schedule: list[ScheduleEntry] = field(default_factory=list)
+    seed: int | None = None  # seeds every random draw (rate limits and faults)
+    faults: list[FaultSpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name, cap in self.models.items():
@@ -161,10 +270,25 @@ class SimulatorConfig:
         _number(self.rate_limit_probability, "rate_limit_probability", float, 0, 1)
         if self.retry_after is not None:
             _number(self.retry_after, "retry_after", int, 0)
-        for when, name, cap in self.schedule:
-            _number(when, "schedule time", float, 0)
-            _model_name(name, "schedule")
-            _number(cap, f"scheduled capacity of model {name!r}", int, 0)
+        for entry in self.schedule:
+            _number(entry[0], "schedule time", float, 0)
+            _model_name(entry[1], "schedule")
+            if isinstance(entry, ScheduledFault):
+                self._check_fault(entry.kind, entry.probability, entry.retry_after, "schedule")
+            else:
+                _number(entry[2], f"scheduled capacity of model {entry[1]!r}", int, 0)
+        for fault in self.faults:
+            _model_name(fault.model, "faults")
+            self._check_fault(fault.kind, fault.probability, fault.retry_after, "faults")
+
+    @staticmethod
+    def _check_fault(kind: str, probability: float, retry_after: float | None, what: str) -> None:
+        _fault_kind(kind, what)
+        _probability(probability, f"{what}: probability of {kind}")
+        if retry_after is not None:
+            if kind != "rate_limit":
+                raise ValueError(f"{what}: only rate_limit takes a retry-after")
+            _number(retry_after, f"{what}: retry-after", float, 0, 86400)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -199,12 +323,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Retry-After seconds sent with 429 (omitted if not given)",
     )
     parser.add_argument(
+        "--fault",
+        action="append",
+        dest="faults",
+        metavar="MODEL:KIND=P[:S]",
+        help="inject a fault into MODEL's answers with probability P (0..1); repeatable; "
+        f"KIND: {', '.join(FAULT_KINDS)}; S (rate_limit only): retry-after seconds "
+        "(default --retry-after, else 1), e.g. big:server_error=1 big:rate_limit=0.5:3",
+    )
+    parser.add_argument(
         "--schedule",
         default="",
-        metavar="T:MODEL=CAP,...",
-        help='capacity changes at T seconds after start, e.g. "30:big=0,90:big=4"',
+        metavar="T:MODEL=CAP|T:MODEL!KIND=P,...",
+        help="changes at T seconds after start: capacities and fault probabilities, "
+        'e.g. "30:big=0,90:big=4,10:big!server_error=1,40:big!server_error=0"',
     )
-    parser.add_argument("--seed", default=None, help="seed for the rate-limit randomness")
+    parser.add_argument("--seed", default=None, help="seed for the rate-limit and fault draws")
 
 
 def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
@@ -218,6 +352,19 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         models[name] = cap
     retry_after = args.retry_after
     seed = args.seed
+    schedule = parse_schedule(str(args.schedule or ""))
+    known = set(models) | {e[1] for e in schedule if not isinstance(e, ScheduledFault)}
+    faults: list[FaultSpec] = []
+    seen: set[tuple[str, str]] = set()
+    for spec in getattr(args, "faults", None) or []:
+        fault = parse_fault(str(spec))
+        if (fault.model, fault.kind) in seen:
+            raise ValueError(f"--fault {fault.model}:{fault.kind} given more than once")
+        seen.add((fault.model, fault.kind))
+        faults.append(fault)
+    for name in [f.model for f in faults] + [e[1] for e in schedule]:
+        if name not in known:
+            raise ValueError(f"fault for model {name!r}, which is not served (--model {name}:N)")
     return SimulatorConfig(
         models=models,
         latency_ms=_number(args.latency_ms, "--latency-ms", float, 0),
@@ -227,8 +374,9 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
             args.rate_limit_probability, "--rate-limit-probability", float, 0, 1
         ),
         retry_after=None if retry_after is None else _number(retry_after, "--retry-after", int, 0),
-        schedule=parse_schedule(str(args.schedule or "")),
+        schedule=schedule,
         seed=None if seed is None else _number(seed, "--seed", int),
+        faults=faults,
     )
 
 
@@ -249,8 +397,12 @@ def describe(config: SimulatorConfig, host: str, port: int) -> str:
     ]
     if config.rate_limit_probability:
         extras.append(f"429 probability {config.rate_limit_probability:g}")
+    if config.faults:
+        extras.append(
+            "faults " + " ".join(f"{f.model}:{f.kind}={f.probability:g}" for f in config.faults)
+        )
     if config.schedule:
-        extras.append(f"{len(config.schedule)} scheduled capacity change(s)")
+        extras.append(f"{len(config.schedule)} scheduled change(s)")
     return f"Upstream simulator serving {models} on http://{host}:{port}/v1 ({', '.join(extras)})"
 
 
@@ -269,6 +421,8 @@ def serve(config: SimulatorConfig, host: str = DEFAULT_HOST, port: int = DEFAULT
         lifespan="on",
         proxy_headers=False,  # nothing sits in front of the simulator: skip the middleware
         server_header=False,
+        # A `hang` fault never ends by itself: don't let one block Ctrl-C / SIGTERM for ever.
+        timeout_graceful_shutdown=2,
     )
 
 
@@ -292,6 +446,17 @@ class ModelState:
     # tests without ever holding (or logging) a whole secret.
     per_key_in_flight: dict[str, int] = field(default_factory=dict)
     per_key_peak: dict[str, int] = field(default_factory=dict)
+    # Injected faults: kind -> probability (> 0), in FAULT_KINDS order. `fault_plan` is the same
+    # as a tuple, and empty when there is none: the only thing the hot path looks at.
+    faults: dict[str, float] = field(default_factory=dict)
+    fault_plan: tuple[tuple[str, float], ...] = ()
+    retry_after: float | None = None  # for the rate_limit fault; None: --retry-after, else 1
+    injected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULT_KINDS, 0))
+
+    def set_faults(self, faults: dict[str, float]) -> None:
+        """Replace the fault table (kinds and probabilities must already be valid)."""
+        self.faults = {k: float(faults[k]) for k in FAULT_KINDS if faults.get(k)}
+        self.fault_plan = tuple(self.faults.items())
 
     def acquire(self, key: str) -> None:
         self.in_flight += 1
@@ -314,6 +479,7 @@ class ModelState:
         """Zero the counters; capacity and what is in flight now stay (peaks restart from it)."""
         self.requests = self.served = self.cancelled = 0
         self.capacity_errors = self.rate_limited = 0
+        self.injected = dict.fromkeys(FAULT_KINDS, 0)
         self.peak_in_flight = self.in_flight
         self.per_key_peak = dict(self.per_key_in_flight)
 
@@ -329,6 +495,9 @@ class ModelState:
             "rate_limited": self.rate_limited,
             "in_flight_per_key": dict(self.per_key_in_flight),
             "peak_in_flight_per_key": dict(self.per_key_peak),
+            "faults": dict(self.faults),
+            "retry_after": self.retry_after,
+            "injected": dict(self.injected),
         }
 
 
@@ -389,6 +558,43 @@ async def _read_body(receive: Receive) -> bytes | None:
         parts.append(message.get("body", b""))
         if not message.get("more_body"):
             return b"".join(parts)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _transport(send: Send) -> Any:
+    """The asyncio transport of uvicorn's connection (its `send` is a bound method), or None."""
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    return transport if hasattr(transport, "abort") else None
+
+
+async def _drop_connection(send: Send, receive: Receive, reset: bool) -> None:
+    """Close the connection without finishing the HTTP response.
+
+    ASGI has no message for this, and raising from the app doesn't do it either (uvicorn then
+    answers 500 if nothing was sent yet, and logs a traceback). So this reaches for the
+    server's transport, which uvicorn's `send` is bound to. ``reset``: SO_LINGER 0 first, so
+    the kernel sends a TCP RST (the client reads ECONNRESET) instead of a FIN (an early EOF).
+    Under another server, raises ConnectionResetError, for the server to drop the connection.
+    """
+    transport = _transport(send)
+    if transport is None:
+        raise ConnectionResetError("simulated connection drop")
+    if reset:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # then a FIN: still a dropped connection
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()  # what was sent still goes out first, then the FIN
+    # Return once the server has seen the connection go: it then neither answers 500 nor logs
+    # "returned without completing response".
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_wait_disconnect(receive), 5)
 
 
 def _text_tokens(text: str) -> int:
@@ -453,6 +659,27 @@ class Simulator:
             else [(b"retry-after", str(config.retry_after).encode())]
         )
         self._rate_headers = _json_headers(self._rate_body, retry)
+        self._fault_retry_after = 1.0 if config.retry_after is None else float(config.retry_after)
+        self._fault_bodies: dict[str, tuple[int, list, bytes]] = {
+            kind: (status, _json_headers(body), body)
+            for kind, status, body in (
+                ("capacity", 503, self._capacity_body),
+                ("rate_limit_bare", 429, self._rate_body),
+                ("auth", 401, error_body(AUTH_MESSAGE, "invalid_request_error", "invalid_api_key")),
+                ("server_error", 500, error_body(SERVER_ERROR_MESSAGE, "server_error", None)),
+                ("garbage", 200, GARBAGE_BODY),
+            )
+        }
+        self._context_length_bodies = {
+            kind: error_body(
+                CONTEXT_LENGTH_MESSAGE, "invalid_request_error", "context_length_exceeded", param
+            )
+            for kind, param in (
+                ("chat", "messages"), ("completion", "prompt"), ("embedding", "input")
+            )
+        }  # fmt: skip
+        for fault in config.faults:
+            self.set_fault(fault.model, fault.kind, fault.probability, fault.retry_after)
 
         self._post_routes: dict[str, Callable[[dict], _Plan]] = {
             "/v1/chat/completions": self._plan_chat,
@@ -464,15 +691,19 @@ class Simulator:
 
     def _restart_clock(self) -> None:
         self.started = time.monotonic()
-        self._pending = [(self.started + at, name, cap) for at, name, cap in self.config.schedule]
+        self._pending = [(self.started + e[0], e) for e in self.config.schedule]
         self._next_due = self._pending[0][0] if self._pending else math.inf
 
     def apply_schedule(self, now: float | None = None) -> None:
-        """Apply every scheduled capacity change whose time has come (cheap when none is due)."""
+        """Apply every scheduled change whose time has come (cheap when none is due)."""
         now = time.monotonic() if now is None else now
         while self._pending and self._pending[0][0] <= now:
-            _, name, cap = self._pending.pop(0)
-            self.set_capacity(name, cap)
+            _, entry = self._pending.pop(0)
+            if isinstance(entry, ScheduledFault):
+                if entry.model in self.models:
+                    self.set_fault(entry.model, entry.kind, entry.probability, entry.retry_after)
+            else:
+                self.set_capacity(entry[1], entry[2])
         self._next_due = self._pending[0][0] if self._pending else math.inf
 
     async def _run_schedule(self) -> None:
@@ -490,6 +721,16 @@ class Simulator:
             state = self.models[name] = ModelState(name, capacity)
         else:
             state.capacity = capacity
+        return state
+
+    def set_fault(
+        self, name: str, kind: str, probability: float, retry_after: float | None = None
+    ) -> ModelState:
+        """Set one fault's probability on an existing model (0 removes it)."""
+        state = self.models[name]
+        state.set_faults({**state.faults, kind: probability})
+        if retry_after is not None:
+            state.retry_after = retry_after
         return state
 
     def reset_stats(self) -> None:
@@ -581,19 +822,67 @@ class Simulator:
             req = json.loads(body)
         except ValueError:
             req = None
-        capacity = req.get("capacity") if isinstance(req, dict) else None
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            await self._send_error(
-                send,
-                400,
-                'Body must be JSON {"capacity": <integer >= 0>}',
-                "invalid_request_error",
-                "invalid_capacity",
-                "capacity",
-            )
+        try:
+            capacity, faults, retry_after = self._admin_changes(req)
+        except _BadRequest as exc:
+            code = f"invalid_{exc.param}" if exc.param else "invalid_body"
+            await self._send_error(send, 400, exc.message, "invalid_request_error", code, exc.param)
             return
-        state = self.set_capacity(name, capacity)
+        if capacity is None and name not in self.models:
+            await self._model_not_found(send, name)  # creating a model takes a capacity
+            return
+        state = self.set_capacity(name, capacity) if capacity is not None else self.models[name]
+        if faults is not None:
+            state.set_faults(faults)
+        if retry_after is not ...:
+            state.retry_after = retry_after
         await self._send_obj(send, 200, {"name": name, **state.stats()})
+
+    @staticmethod
+    def _admin_changes(req: Any) -> tuple[int | None, dict[str, float] | None, Any]:
+        """Validate an admin body: (capacity, faults, retry_after), None / ... if absent."""
+        usage = (
+            'Body must be a JSON object with one or more of {"capacity": <integer >= 0>, '
+            '"faults": {<kind>: <probability 0..1>, ...}, "retry_after": <seconds >= 0 or null>}'
+        )
+        if not isinstance(req, dict) or not req:
+            raise _BadRequest(usage)
+        unknown = sorted(set(req) - {"capacity", "faults", "retry_after"})
+        if unknown:
+            raise _BadRequest(f"Unknown key {unknown[0]!r}. {usage}")
+        capacity = req.get("capacity")
+        if "capacity" in req and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0
+        ):
+            raise _BadRequest('Body must be JSON {"capacity": <integer >= 0>}', "capacity")
+        faults = req.get("faults")
+        if "faults" in req:
+            if not isinstance(faults, dict):
+                raise _BadRequest(
+                    '"faults" must be an object {<kind>: <probability 0..1>}; {} clears them',
+                    "faults",
+                )
+            for kind, probability in faults.items():
+                try:
+                    _fault_kind(kind, "faults")
+                    if not isinstance(probability, (int, float)):
+                        raise ValueError(f"faults: probability of {kind} must be a number")
+                    _probability(probability, f"faults: probability of {kind}")
+                except ValueError as exc:
+                    raise _BadRequest(str(exc), "faults") from None
+        retry_after: Any = ...
+        if "retry_after" in req:
+            retry_after = req["retry_after"]
+            if retry_after is not None:
+                if not isinstance(retry_after, (int, float)):
+                    raise _BadRequest(
+                        "retry_after must be a number of seconds or null", "retry_after"
+                    )
+                try:
+                    retry_after = _number(retry_after, "retry_after", float, 0, 86400)
+                except ValueError as exc:
+                    raise _BadRequest(str(exc), "retry_after") from None
+        return capacity, faults, retry_after
 
     # -- responses --------------------------------------------------------------------------
 
@@ -674,6 +963,9 @@ class Simulator:
 
         # Admission.
         state.requests += 1
+        if state.fault_plan and (fault := self._draw_fault(state.fault_plan)) is not None:
+            await self._inject(fault, state, plan, model, scope, receive, send)
+            return
         if state.in_flight >= state.capacity:
             state.capacity_errors += 1
             await self._send_raw(send, 503, self._capacity_headers, self._capacity_body)
@@ -716,6 +1008,134 @@ class Simulator:
             state.release(key)
             if watcher is not None:
                 watcher.cancel()
+
+    # -- fault injection -------------------------------------------------------------------
+
+    def _draw_fault(self, plan: tuple[tuple[str, float], ...]) -> str | None:
+        """One independent draw per configured fault, in FAULT_KINDS order; the first wins."""
+        rng = self._rng.random
+        for kind, probability in plan:
+            if rng() < probability:
+                return kind
+        return None
+
+    async def _inject(
+        self,
+        fault: str,
+        state: ModelState,
+        plan: _Plan,
+        model: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        if fault == "stream_cut" and not plan.stream:
+            fault = "reset"  # nothing to cut: drop the connection, counted as stream_cut
+            state.injected["stream_cut"] += 1
+        elif fault not in _SLOT_FAULTS:
+            state.injected[fault] += 1
+        if fault == "reset":
+            await _drop_connection(send, receive, reset=True)
+        elif fault == "rate_limit":
+            seconds = state.retry_after
+            if seconds is None:
+                seconds = self._fault_retry_after
+            headers = _json_headers(
+                self._rate_body,
+                [
+                    (b"retry-after", b"%d" % math.ceil(seconds)),
+                    (b"retry-after-ms", b"%d" % round(seconds * 1000)),
+                ],
+            )
+            await self._send_raw(send, 429, headers, self._rate_body)
+        elif fault == "context_length":
+            body = self._context_length_bodies[plan.kind]
+            await self._send_raw(send, 400, _json_headers(body), body)
+        elif fault == "not_found":
+            await self._model_not_found(send, model)
+        elif fault == "garbage" and plan.stream:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            await send({"type": "http.response.body", "body": b"data: " + GARBAGE_BODY + b"\n\n"})
+        elif fault in _SLOT_FAULTS:
+            await self._slot_fault(fault, state, plan, model, scope, receive, send)
+        else:
+            await self._send_raw(send, *self._fault_bodies[fault])
+
+    async def _slot_fault(
+        self,
+        fault: str,
+        state: ModelState,
+        plan: _Plan,
+        model: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """`hang` / `stream_cut`: admitted like a real request, holding a slot while they run."""
+        if state.in_flight >= state.capacity:
+            state.capacity_errors += 1
+            await self._send_raw(send, 503, self._capacity_headers, self._capacity_body)
+            return
+        state.injected[fault] += 1
+        key = "-"
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                key = value[-12:].decode("latin-1")
+                break
+        state.acquire(key)
+        watcher: asyncio.Task | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            if fault == "hang":
+                try:
+                    await _wait_disconnect(receive)  # the slot is held until the client gives up
+                except asyncio.CancelledError:
+                    # uvicorn cancels what still runs 2 s into a shutdown: end as a dropped
+                    # connection rather than a 500 and a traceback.
+                    if _transport(send) is None:
+                        raise
+                    task.uncancel()
+                    await _drop_connection(send, receive, reset=False)
+                return
+            guard = _Guard()
+            watcher = asyncio.get_running_loop().create_task(
+                _watch_disconnect(receive, task, guard)
+            )
+            try:
+                await self._stream_cut(send, receive, plan, model, guard)
+            except asyncio.CancelledError:
+                if not guard.disconnected or task.uncancel() > 0:
+                    raise
+        finally:
+            state.release(key)
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _stream_cut(
+        self, send: Send, receive: Receive, plan: _Plan, model: str, guard: _Guard
+    ) -> None:
+        """The first half of a streamed answer, then the connection drops (no last chunk)."""
+        key = (plan.kind, model, plan.choices, plan.tokens, plan.include_usage)
+        first, token, _ = self._template(key, lambda: self._build_stream(plan, model))
+        ids = self._ids_for(plan.kind == "chat")
+        first = self._fill(first, plan, ids) if first else b""
+        token = self._fill(token, plan, ids)
+        if self._latency:
+            await asyncio.sleep(self._latency)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        sent = plan.tokens // 2
+        if self._token_latency:
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+            for _ in range(sent):
+                await asyncio.sleep(self._token_latency)
+                await send({"type": "http.response.body", "body": token, "more_body": True})
+        else:
+            body = first + token * sent
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        guard.finishing = True  # our own disconnect, not the client's
+        await _drop_connection(send, receive, reset=False)
 
     def _fill(self, template: bytes, plan: _Plan, ids: tuple[bytes, bytes]) -> bytes:
         """Put this request's id, timestamp and usage into a cached template."""

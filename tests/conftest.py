@@ -89,7 +89,9 @@ def _simulator(*args: str) -> Iterator[SimulatorHandle]:
 @pytest.fixture(scope="session")
 def simulator() -> Iterator[SimulatorHandle]:
     """Answers at once: models big (4), medium (16), small (64)."""
-    yield from _simulator("--model", "big:4", "--model", "medium:16", "--model", "small:64")
+    yield from _simulator(
+        "--model", "big:4", "--model", "medium:16", "--model", "small:64", "--model", "tiny:0"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -136,10 +138,21 @@ def e2e_config(simulator: SimulatorHandle, slow: SimulatorHandle) -> dict[str, A
     demo application may not use."""
     raw = tomllib.loads((ROOT / "config" / "demo.toml").read_text())
     raw["upstreams"][0]["base_url"] = f"{simulator.url}/v1"
+    for deployment in raw["deployments"]:
+        # Tests make these full on purpose; their breakers must not open for later tests.
+        deployment["breaker_threshold"] = 1000
+    raw["deployments"].append(
+        {"name": "tiny", "upstream": "simulator", "model": "tiny", "breaker_threshold": 1000}
+    )
     raw["upstreams"].append({"name": "slow-sim", "base_url": f"{slow.url}/v1"})
     raw["deployments"].append({"name": "slow", "upstream": "slow-sim", "model": "slow"})
-    raw["routes"] += [{"name": "slow", "chain": ["slow"]}, {"name": "secret", "chain": ["small"]}]
-    raw["applications"][0]["routes"].append("slow")
+    raw["routes"] += [
+        {"name": "slow", "chain": ["slow"]},
+        {"name": "secret", "chain": ["small"]},
+        # Always full: three quick tries, then 503.
+        {"name": "full", "chain": ["tiny"], "max_attempts": 3, "backoff_base": 0.05},
+    ]
+    raw["applications"][0]["routes"] += ["slow", "full"]
     return raw
 
 
@@ -168,6 +181,7 @@ def gateway(
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_MAX_BODY_BYTES": str(max_body),
         "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
+        "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
     }
     proc = _start(
         [

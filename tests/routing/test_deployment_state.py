@@ -27,7 +27,7 @@ async def state(request):
         pytest.skip("REDIS_URL is not set")
     from routing.deployment_state_redis import RedisDeploymentState
 
-    backend = RedisDeploymentState(url)
+    backend = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
     yield backend
     await backend._client().aclose()
 

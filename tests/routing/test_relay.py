@@ -1,11 +1,13 @@
 """Stream relaying against the real simulator: every way a stream ends is settled once."""
 
+import asyncio
 from decimal import Decimal
 
 import pytest
 
 from routing.audit import AttemptLog, CallLog
 from routing.catalog import DeploymentSpec, UpstreamSpec
+from routing.deployment_state import Limits, Result
 from routing.payloads import Endpoint, parse_request, upstream_body
 from routing.relay import OpenStream, StreamRelay
 from routing.upstream import close_sessions, open_response
@@ -21,10 +23,10 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CallLog]:
 
 def _deployment(simulator: SimulatorHandle) -> DeploymentSpec:
     upstream = UpstreamSpec("sim", f"{simulator.url}/v1", None, 5.0, 30.0)
-    return DeploymentSpec("slow", "slow", upstream, "t", 8, 1000, Decimal(1), Decimal(2))
+    return DeploymentSpec("slow", "slow", upstream, "t", 8, 1000, Decimal(1), Decimal(2), Limits(8))
 
 
-async def _open(simulator: SimulatorHandle) -> tuple[StreamRelay, CallLog]:
+async def _open(simulator: SimulatorHandle, released: list[Result]) -> tuple[StreamRelay, CallLog]:
     request = parse_request(
         Endpoint.CHAT,
         b'{"model": "slow", "stream": true, "messages": [{"role": "user", "content": "hi"}]}',
@@ -35,17 +37,25 @@ async def _open(simulator: SimulatorHandle) -> tuple[StreamRelay, CallLog]:
     call.attempts.append(attempt)
     response = await open_response(deployment, "chat/completions", upstream_body(request, "slow"))
     assert response.status == 200
-    return StreamRelay(call, OpenStream(deployment, response, attempt, call.started), request), call
+
+    async def release(result: Result) -> None:
+        released.append(result)
+
+    stream = OpenStream(deployment, response, attempt, call.started, release)
+    return StreamRelay(call, stream, request), call
 
 
 async def test_stream_never_started_is_settled_as_cancelled_and_frees_upstream(
     slow_simulator: SimulatorHandle, recorded: list[CallLog]
 ):
-    relay, call = await _open(slow_simulator)
+    released: list[Result] = []
+    relay, call = await _open(slow_simulator, released)
     relay.close()  # the client left before the first chunk
     relay.close()  # closing twice records once
+    await asyncio.sleep(0.05)  # the slot is released by a background task
     await close_sessions()
 
+    assert released == [Result.NEUTRAL]  # not the deployment's fault
     assert [c.outcome for c in recorded] == ["client_cancelled"]
     assert call.status_code == 499
     wait_until(lambda: slow_simulator.stats("slow")["in_flight"] == 0, timeout=2)
@@ -54,11 +64,14 @@ async def test_stream_never_started_is_settled_as_cancelled_and_frees_upstream(
 async def test_stream_read_to_the_end_is_settled_once_with_usage(
     slow_simulator: SimulatorHandle, recorded: list[CallLog]
 ):
-    relay, call = await _open(slow_simulator)
+    released: list[Result] = []
+    relay, call = await _open(slow_simulator, released)
     body = b"".join([chunk async for chunk in relay])
     relay.close()  # Django's resource closer runs after the body was sent
+    await asyncio.sleep(0.05)
     await close_sessions()
 
+    assert released == [Result.SUCCESS]
     assert body.endswith(b"data: [DONE]\n\n")
     assert b'"choices":[]' not in body  # the usage chunk the client did not ask for
     assert [c.outcome for c in recorded] == ["success"]

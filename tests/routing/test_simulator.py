@@ -19,16 +19,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
 from routing.simulator import (
     CAPACITY_MESSAGE,
+    FAULT_KINDS,
+    FaultSpec,
+    ScheduledFault,
     Simulator,
     SimulatorConfig,
     add_arguments,
     config_from_args,
     main,
+    parse_fault,
     parse_model_spec,
     parse_schedule,
 )
@@ -570,3 +575,366 @@ def test_schedule_changes_capacity() -> None:
         time.sleep(max(0.0, 1.7 - stats["uptime_s"]))
         assert server.stats("big")["capacity"] == 3
         assert server.chat("big").status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# Fault injection
+# ---------------------------------------------------------------------------------------------
+
+CONTEXT_LENGTH_BODY = {
+    "error": {
+        "message": "This model's maximum context length is 8192 tokens. However, your messages "
+        "resulted in 9000 tokens.",
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
+        "param": "messages",
+    }
+}
+
+
+def test_parse_fault() -> None:
+    assert parse_fault("big:server_error=1") == FaultSpec("big", "server_error", 1.0, None)
+    assert parse_fault(" big:rate_limit=0.5:3 ") == FaultSpec("big", "rate_limit", 0.5, 3.0)
+    assert parse_fault("llama3:8b:hang=0.25") == FaultSpec("llama3:8b", "hang", 0.25, None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("big=1", "expected MODEL:KIND=PROBABILITY"),
+        ("big:server_error", "expected MODEL:KIND=PROBABILITY"),
+        ("big:boom=1", "unknown fault kind 'boom'"),
+        (":auth=1", "model name must be non-empty"),
+        ("big:auth=1.5", "probability must be <= 1"),
+        ("big:auth=x", "probability must be a number"),
+        ("big:auth=1:3", "only rate_limit takes a parameter"),
+        ("big:rate_limit=1:-3", "retry-after must be >= 0"),
+    ],
+)
+def test_parse_fault_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_fault(spec)
+
+
+def test_parse_schedule_with_faults() -> None:
+    assert parse_schedule("40:big!server_error=0, 10:big!server_error=1,30:big=0") == [
+        ScheduledFault(10.0, "big", "server_error", 1.0),
+        (30.0, "big", 0),
+        ScheduledFault(40.0, "big", "server_error", 0.0),
+    ]
+    assert parse_schedule("5:m:1!rate_limit=0.5:2") == [
+        ScheduledFault(5.0, "m:1", "rate_limit", 0.5, 2.0)
+    ]
+    for spec, message in [
+        ("10:big!boom=1", "unknown fault kind 'boom'"),
+        ("10:big!auth=2", "probability must be <= 1"),
+        ("10:!auth=1", "model name must be non-empty"),
+        ("10:big!auth", "expected SECONDS:MODEL=CAPACITY or SECONDS:MODEL!FAULT=PROBABILITY"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_schedule(spec)
+
+
+def test_config_from_args_faults() -> None:
+    config = config_from_args(
+        _args("--model", "big:1", "--model", "medium:2", "--fault", "big:server_error=1",
+              "--fault", "medium:rate_limit=0.2:3", "--schedule", "10:big!hang=0.5")
+    )  # fmt: skip
+    assert config.faults == [
+        FaultSpec("big", "server_error", 1.0), FaultSpec("medium", "rate_limit", 0.2, 3.0)
+    ]  # fmt: skip
+    assert config.schedule == [ScheduledFault(10.0, "big", "hang", 0.5)]
+    app = Simulator(config)
+    assert app.models["big"].fault_plan == (("server_error", 1.0),)
+    assert app.models["medium"].retry_after == 3.0
+    assert app.models["big"].stats()["injected"] == dict.fromkeys(FAULT_KINDS, 0)
+    for argv, message in [
+        (["--fault", "big:nope=1"], "unknown fault kind"),
+        (["--fault", "other:auth=1"], "model 'other', which is not served"),
+        (["--schedule", "1:other!auth=1"], "model 'other', which is not served"),
+        (["--fault", "big:auth=1", "--fault", "big:auth=0.5"], "given more than once"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            config_from_args(_args("--model", "big:1", *argv))
+
+
+def test_fault_flags_rejected_by_both_entry_points(capsys: pytest.CaptureFixture[str]) -> None:
+    from django.core.management.base import CommandError
+
+    from routing.management.commands.simulate_upstream import Command
+
+    with pytest.raises(SystemExit):
+        main(["--fault", "big:sever_error=1"])
+    assert "unknown fault kind 'sever_error'" in capsys.readouterr().err
+    command = Command()
+    parser = command.create_parser("manage.py", "simulate_upstream")
+    options = vars(parser.parse_args(["--fault", "big-server_error=1"]))
+    with pytest.raises(CommandError, match="expected MODEL:KIND=PROBABILITY"):
+        command.handle(**options)
+
+
+async def test_fault_draws_are_seeded_in_process() -> None:
+    async def statuses(seed: int) -> list[int]:
+        config = SimulatorConfig(
+            models={"m": 8},
+            faults=[FaultSpec("m", "auth", 0.3), FaultSpec("m", "server_error", 0.3)],
+            seed=seed,
+        )
+        app = Simulator(config)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+            body = {"model": "m", "messages": CHAT}
+            return [
+                (await client.post("/v1/chat/completions", json=body)).status_code
+                for _ in range(60)
+            ]
+
+    first = await statuses(5)
+    assert set(first) == {200, 401, 500}
+    assert await statuses(5) == first
+
+
+async def test_reset_outside_uvicorn_raises() -> None:
+    app = Simulator(SimulatorConfig(models={"m": 8}, faults=[FaultSpec("m", "reset", 1)]))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+        with pytest.raises(ConnectionResetError):
+            await client.post("/v1/chat/completions", json={"model": "m", "messages": CHAT})
+
+
+@pytest.fixture(scope="module")
+def faulty() -> Iterator[Server]:
+    faults = {
+        "cap": "capacity=1", "rl": "rate_limit=1:2.5", "rlg": "rate_limit=1",
+        "bare": "rate_limit_bare=1", "ctx": "context_length=1", "auth": "auth=1",
+        "gone": "not_found=1", "err": "server_error=1", "garb": "garbage=1", "reset": "reset=1",
+        "hang": "hang=1", "cut": "stream_cut=1", "never": "server_error=0",
+        "half": "server_error=0.5",
+    }  # fmt: skip
+    args = ["--retry-after", "7", "--seed", "11", "--model", "plain:4", "--model", "hang:1"]
+    for model, fault in faults.items():
+        if model != "hang":
+            args += ["--model", f"{model}:4"]
+        args += ["--fault", f"{model}:{fault}"]
+    yield from _serve(*args)
+
+
+def _error(code: str | None, message: str, type_: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": type_, "code": code, "param": None}}
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "body", "headers"),
+    [
+        ("cap", 503, CAPACITY_BODY, {}),
+        ("rl", 429, None, {"retry-after": "3", "retry-after-ms": "2500"}),
+        ("rlg", 429, None, {"retry-after": "7", "retry-after-ms": "7000"}),
+        ("bare", 429, None, {"retry-after": None, "retry-after-ms": None}),
+        ("ctx", 400, CONTEXT_LENGTH_BODY, {}),
+        ("auth", 401, _error("invalid_api_key", "Incorrect API key provided."), {}),
+        ("gone", 404, _error("model_not_found", "The model `gone` does not exist"), {}),
+        ("err", 500, None, {}),
+    ],
+)
+def test_fault_answers(
+    faulty: Server, model: str, status: int, body: dict | None, headers: dict
+) -> None:
+    for _ in range(2):
+        resp = faulty.chat(model)
+        assert resp.status_code == status
+        assert resp.headers["content-type"] == "application/json"
+        error = resp.json()["error"]
+        if body is not None:
+            assert resp.json() == body
+        elif status == 429:
+            assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
+        else:
+            assert (error["type"], error["code"]) == ("server_error", None)
+        for name, value in headers.items():
+            assert resp.headers.get(name) == value
+    stats = faulty.stats(model)
+    kind = next(k for k in FAULT_KINDS if k in stats["faults"])
+    assert stats["injected"][kind] == stats["requests"] >= 2
+    assert (stats["served"], stats["capacity_errors"], stats["rate_limited"]) == (0, 0, 0)
+
+
+def test_fault_garbage(faulty: Server) -> None:
+    resp = faulty.chat("garb")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.text == "<html>upstream proxy error</html>"
+    with pytest.raises(json.JSONDecodeError):
+        resp.json()
+    resp = faulty.chat("garb", stream=True)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    events = _events(resp.text)
+    assert events == ["<html>upstream proxy error</html>"]
+    assert faulty.stats("garb")["injected"]["garbage"] == 2
+
+
+async def test_fault_reset(faulty: Server) -> None:
+    body = {"model": "reset", "messages": CHAT}
+    async with aiohttp.ClientSession() as session:
+        for stream in (False, True):
+            with pytest.raises(aiohttp.ClientOSError) as exc:
+                await session.post(
+                    f"{faulty.url}/v1/chat/completions", json={**body, "stream": stream}
+                )
+            assert exc.value.errno == 104  # ECONNRESET: no HTTP response at all
+    with pytest.raises(httpx.ReadError, match="Connection reset by peer"):
+        faulty.chat("reset")
+    stats = faulty.stats("reset")
+    assert stats["injected"]["reset"] == stats["requests"] == 3
+    assert stats["in_flight"] == 0
+
+
+async def test_fault_hang_holds_a_slot_until_the_client_leaves(faulty: Server) -> None:
+    url = f"{faulty.url}/v1/chat/completions"
+    body = {"model": "hang", "messages": CHAT}
+    async with aiohttp.ClientSession() as session:
+        hung = asyncio.create_task(
+            session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=0.6))
+        )
+        async with httpx.AsyncClient(base_url=faulty.url, timeout=5) as client:
+            await _wait_for(client, "hang", "in_flight", 1)
+            # The hanging request holds hang's only slot: the next one is over capacity.
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 503
+            with pytest.raises(TimeoutError):
+                await hung
+            await _wait_for(client, "hang", "in_flight", 0)
+    stats = faulty.stats("hang")
+    assert (stats["injected"]["hang"], stats["capacity_errors"], stats["served"]) == (1, 1, 0)
+    with pytest.raises(httpx.ReadTimeout):
+        faulty.http.post("/v1/chat/completions", json=body, timeout=0.3)
+
+
+async def test_fault_stream_cut(faulty: Server) -> None:
+    url = f"{faulty.url}/v1/chat/completions"
+    body = {"model": "cut", "messages": CHAT, "stream": True}
+    events: list[bytes] = []
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientPayloadError, match="not completed"):
+            async with session.post(url, json=body) as resp:
+                assert resp.status == 200
+                async for line in resp.content:
+                    if line.startswith(b"data: "):
+                        events.append(line[6:].strip())
+        chunks = [json.loads(e) for e in events]  # every chunk that arrived is whole
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert [c["choices"][0]["delta"]["content"] for c in chunks[1:]] == ["tok "] * 8
+        # Not streaming: nothing to cut, the connection just drops.
+        with pytest.raises(aiohttp.ClientOSError):
+            await session.post(url, json={**body, "stream": False})
+    with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+        faulty.http.post("/v1/chat/completions", json=body)
+    stats = faulty.stats("cut")
+    assert (stats["injected"]["stream_cut"], stats["requests"], stats["served"]) == (3, 3, 0)
+    assert stats["in_flight"] == 0
+
+
+def test_fault_stream_cut_with_token_latency(slow: Server) -> None:
+    resp = slow.http.post("/admin/models/cut", json={"capacity": 2, "faults": {"stream_cut": 1}})
+    assert resp.status_code == 200 and resp.json()["faults"] == {"stream_cut": 1.0}
+    body = {"model": "cut", "messages": CHAT, "stream": True}
+    tokens = 0
+    with slow.http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        lines = resp.iter_lines()
+        with pytest.raises(httpx.RemoteProtocolError):
+            for line in lines:
+                tokens += '"tok "' in line
+                assert "[DONE]" not in line
+                if tokens == 1:
+                    assert slow.stats("cut")["in_flight"] == 1  # held while it streams
+    assert tokens == 15  # half of 30
+    stats = slow.stats("cut")
+    assert (stats["in_flight"], stats["served"], stats["cancelled"]) == (0, 0, 0)
+
+
+def test_fault_probability(faulty: Server) -> None:
+    assert all(faulty.chat("never").status_code == 200 for _ in range(20))
+    never = faulty.stats("never")
+    assert never["faults"] == {} and sum(never["injected"].values()) == 0
+    statuses = [faulty.chat("half").status_code for _ in range(200)]
+    assert set(statuses) == {200, 500}
+    assert 60 <= statuses.count(500) <= 140
+    half = faulty.stats("half")
+    assert half["faults"] == {"server_error": 0.5}
+    assert half["injected"]["server_error"] == statuses.count(500)
+    assert (half["requests"], half["served"]) == (200, statuses.count(200))
+
+
+def test_admin_sets_and_clears_faults(faulty: Server) -> None:
+    admin = "/admin/models/plain"
+    resp = faulty.http.post(admin, json={"faults": {"server_error": 1.0, "rate_limit": 0.5}})
+    assert resp.status_code == 200
+    assert resp.json()["faults"] == {"rate_limit": 0.5, "server_error": 1.0}  # check order
+    assert resp.json()["capacity"] == 4  # untouched
+    assert {faulty.chat("plain").status_code for _ in range(10)} == {429, 500}
+    resp = faulty.http.post(admin, json={"faults": {"rate_limit": 1}, "retry_after": 0.25})
+    assert resp.json()["faults"] == {"rate_limit": 1.0} and resp.json()["retry_after"] == 0.25
+    resp = faulty.chat("plain")
+    assert (resp.headers["retry-after"], resp.headers["retry-after-ms"]) == ("1", "250")
+    resp = faulty.http.post(admin, json={"faults": {}, "capacity": 2, "retry_after": None})
+    assert resp.status_code == 200
+    assert (resp.json()["faults"], resp.json()["capacity"], resp.json()["retry_after"]) == (
+        {}, 2, None
+    )  # fmt: skip
+    assert faulty.chat("plain").status_code == 200
+    stats = faulty.stats("plain")
+    assert stats["injected"]["rate_limit"] + stats["injected"]["server_error"] == 11
+    assert stats["requests"] == 12 and stats["served"] == 1
+
+    created = faulty.http.post("/admin/models/new", json={"capacity": 1, "faults": {"auth": 1}})
+    assert created.status_code == 200 and faulty.chat("new").status_code == 401
+    missing = faulty.http.post("/admin/models/missing", json={"faults": {"auth": 1}})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"faults": {"boom": 1}}, "faults"),
+        ({"faults": {"auth": 1.5}}, "faults"),
+        ({"faults": {"auth": True}}, "faults"),
+        ({"faults": {"auth": "1"}}, "faults"),
+        ({"faults": ["auth"]}, "faults"),
+        ({"retry_after": -1}, "retry_after"),
+        ({"retry_after": "soon"}, "retry_after"),
+        ({"capacity": 1, "faults": {"auth": 2}}, "faults"),
+        ({"capacity": True}, "capacity"),
+        ({}, None),
+        ({"fault": {"auth": 1}}, None),
+    ],
+)
+def test_admin_rejects_bad_faults(faulty: Server, body: dict, param: str | None) -> None:
+    before = faulty.stats("plain")
+    resp = faulty.http.post("/admin/models/plain", json=body)
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert error["code"] == (f"invalid_{param}" if param else "invalid_body")
+    after = faulty.stats("plain")  # nothing applied
+    assert (after["capacity"], after["faults"]) == (before["capacity"], before["faults"])
+
+
+def test_schedule_turns_a_fault_on_and_off() -> None:
+    schedule = "0.6:big!server_error=1,1.2:big!server_error=0"
+    for server in _serve("--model", "big:2", "--schedule", schedule):
+        assert server.stats()["uptime_s"] < 0.6
+        assert server.chat("big").status_code == 200
+        time.sleep(max(0.0, 0.7 - server.stats()["uptime_s"]))
+        assert server.chat("big").status_code == 500
+        assert server.stats("big")["faults"] == {"server_error": 1.0}
+        time.sleep(max(0.0, 1.3 - server.stats()["uptime_s"]))
+        assert server.stats("big")["faults"] == {}
+        assert server.chat("big").status_code == 200
+        stats = server.stats("big")
+        assert (stats["requests"], stats["served"], stats["injected"]["server_error"]) == (3, 2, 1)
+
+
+def test_stats_reset_zeroes_injected(faulty: Server) -> None:
+    faulty.chat("err")
+    reset = faulty.http.post("/stats/reset").json()["models"]["err"]
+    assert reset["injected"] == dict.fromkeys(FAULT_KINDS, 0)
+    assert reset["faults"] == {"server_error": 1.0}  # the configuration stays

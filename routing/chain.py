@@ -1,0 +1,369 @@
+"""Walking a route's chain under its retry policy (DESIGN.md, "Error classes").
+
+For each eligible deployment, in order: skip it while it is drained, or when its breaker,
+concurrency limit or retry budget says no; otherwise send the request and act on the
+class of the answer:
+
+    success                      done
+    bad request                  back to the client as it is, no retry
+    context too long             from now on only deployments with a larger window
+    auth / config                deployment marked misconfigured, next one, never retried
+    capacity                     next deployment
+    rate limit                   wait Retry-After on the same deployment when short, else next
+    server error, timeout,       retry the same deployment once after a jittered backoff,
+    reset, malformed body        then next
+
+When the chain is exhausted by capacity, rate limits or server errors, wait (backoff, or the
+upstream's Retry-After) and walk it again, as long as attempts and the deadline allow. When
+no slot is free anywhere, wait briefly for one. Nothing outlives the call's deadline.
+"""
+
+import asyncio
+import itertools
+import logging
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.conf import settings
+
+from accounts.models import Fallback
+from routing.audit import AttemptLog, CallLog
+from routing.background import spawn
+from routing.catalog import DeploymentSpec, RouteSpec
+from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
+from routing.db import db_read
+from routing.deployment_state import LeaseKeeper, Refusal, Result, deployment_state
+from routing.errors import GatewayError, capacity_exhausted, json_object, openai_error
+from routing.models import Outcome
+from routing.payloads import ClientRequest, upstream_body
+from routing.policy import backoff, eligible_chain, retry_wait
+from routing.relay import OpenStream
+from routing.services import deployment_mark_misconfigured
+from routing.upstream import UpstreamError, open_response, transport_error_class
+
+log = logging.getLogger("sluice.proxy")
+
+SAME_DEPLOYMENT_RETRIES = 1
+_TRANSIENT = frozenset(
+    {
+        ErrorClass.SERVER_ERROR,
+        ErrorClass.CONNECT_TIMEOUT,
+        ErrorClass.READ_TIMEOUT,
+        ErrorClass.CONNECTION,
+        ErrorClass.MALFORMED,
+    }
+)
+_WORTH_ANOTHER_PASS = CAPACITY_LIKE | _TRANSIENT
+_TIMEOUTS = frozenset({ErrorClass.CONNECT_TIMEOUT, ErrorClass.READ_TIMEOUT})
+_lease_keeper: LeaseKeeper | None = None
+
+
+@dataclass
+class Answer:
+    """A complete upstream answer to hand back as it is."""
+
+    deployment: DeploymentSpec
+    status: int
+    body: bytes
+    payload: dict | None  # the parsed body of a success
+
+
+@dataclass
+class Failure:
+    error_class: ErrorClass
+    status: int | None
+    content: bytes
+    retry_after: float | None
+
+
+def _result_for(error_class: ErrorClass | None) -> Result:
+    """What an answer tells the breaker and the adaptive limit about the deployment."""
+    if error_class is None:
+        return Result.SUCCESS
+    if error_class in CAPACITY_LIKE:
+        return Result.CAPACITY
+    if error_class is ErrorClass.AUTH_CONFIG:
+        return Result.MISCONFIGURED
+    if error_class in (ErrorClass.CONTEXT_LENGTH, ErrorClass.BAD_REQUEST):
+        return Result.NEUTRAL
+    return Result.FAILURE
+
+
+def lease_keeper() -> LeaseKeeper:
+    global _lease_keeper
+    if _lease_keeper is None:
+        _lease_keeper = LeaseKeeper(deployment_state())
+    return _lease_keeper
+
+
+@dataclass
+class ChainWalk:
+    call: CallLog
+    route: RouteSpec
+    request: ClientRequest
+    fallback: Fallback
+    deadline: float  # time.monotonic()
+    rng: random.Random = field(default_factory=random.Random)
+    failures: list[ErrorClass] = field(default_factory=list)
+    retry_hints: list[float] = field(default_factory=list)
+    breaker_waits: list[float] = field(default_factory=list)
+    skips: Counter[str] = field(default_factory=Counter)
+    tried: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
+    context_refusal: Answer | None = None
+
+    async def run(self) -> Answer | OpenStream:
+        chain = eligible_chain(self.route, self.fallback)
+        delay: float | None = None
+        reason = ""
+        for pass_number in itertools.count():
+            pass_failures: list[Failure] = []
+            waiting_for_slot = False
+            for deployment in chain:
+                if self._too_small(deployment):
+                    continue
+                while True:
+                    if self._spent():
+                        return self._give_up()
+                    outcome = await self._attempt(deployment, delay, reason)
+                    delay, reason = None, ""
+                    if isinstance(outcome, Answer | OpenStream):
+                        return outcome
+                    if isinstance(outcome, Refusal):
+                        waiting_for_slot |= outcome is Refusal.CONCURRENCY
+                        break
+                    if outcome is None:  # drained
+                        break
+                    pass_failures.append(outcome)
+                    same = self._retry_same(deployment, outcome)
+                    if same is None:
+                        break
+                    delay, reason = same
+                    await asyncio.sleep(delay)
+            wait = self._next_pass_wait(pass_number, pass_failures, waiting_for_slot)
+            if wait is None:
+                return self._give_up()
+            delay, reason = wait
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # --- one attempt -------------------------------------------------------------------
+
+    async def _attempt(
+        self, deployment: DeploymentSpec, delay: float | None, reason: str
+    ) -> Answer | OpenStream | Failure | Refusal | None:
+        """Answer, open stream or failure of one try; the refusal that skipped the
+        deployment; or None when it is drained."""
+        number = len(self.call.attempts) + 1
+        if deployment.drained(time.time()):
+            self._skip(deployment, number, "drain")
+            return None
+        slot = f"{self.call.request_id}:{number}"
+        retry = deployment.name in self.tried
+        state = deployment_state()
+        admission = await state.acquire(deployment.name, deployment.limits, slot, retry=retry)
+        if not admission.admitted:
+            assert admission.refusal is not None
+            self._skip(deployment, number, admission.refusal.value)
+            if admission.refusal is Refusal.BREAKER and admission.retry_in:
+                self.breaker_waits.append(admission.retry_in)
+            return admission.refusal
+        keeper = lease_keeper()
+        keeper.hold(deployment.name, deployment.limits, slot)
+
+        async def release(result: Result) -> None:
+            keeper.drop(deployment.name, slot)
+            await state.release(deployment.name, deployment.limits, slot, result)
+
+        attempt = AttemptLog(
+            number=number,
+            deployment=deployment.name,
+            started_at=datetime.now(UTC),
+            retry_delay_ms=None if delay is None else delay * 1000,
+            retry_reason=reason,
+        )
+        self.call.attempts.append(attempt)
+        self.tried[deployment.name] += 1
+        self.call.retries += retry
+        try:
+            outcome = await self._send(deployment, attempt)
+        except asyncio.CancelledError:
+            spawn(release(Result.NEUTRAL))  # the client left; not the deployment's fault
+            raise
+        if isinstance(outcome, OpenStream):
+            outcome.release = release  # held until the stream ends
+        else:
+            error_class = outcome.error_class if isinstance(outcome, Failure) else None
+            await release(_result_for(error_class))
+        return outcome
+
+    async def _send(
+        self, deployment: DeploymentSpec, attempt: AttemptLog
+    ) -> Answer | OpenStream | Failure:
+        started = time.perf_counter()
+        body = upstream_body(self.request, deployment.model)
+        try:
+            # The deadline bounds the wait for the answer's head; a stream's body is then
+            # bounded by the upstream's read timeout between chunks instead.
+            async with asyncio.timeout(self._remaining()):
+                response = await open_response(deployment, self.request.endpoint.value, body)
+        except (UpstreamError, TimeoutError) as exc:
+            return self._failed(deployment, attempt, started, transport_error_class(exc))
+        attempt.status_code = response.status
+        if response.status == 200 and self.request.stream:
+            return OpenStream(deployment, response, attempt, started)
+        try:
+            async with asyncio.timeout(self._remaining()):
+                content = await response.read()
+        except (UpstreamError, TimeoutError) as exc:
+            error_class: ErrorClass | None = transport_error_class(exc)
+            content = b""
+        else:
+            error_class = classify_status(response.status, content)
+        finally:
+            response.release()
+        payload = None
+        if error_class is None:
+            payload = json_object(content)
+            if payload is None:
+                error_class = ErrorClass.MALFORMED
+        if error_class is not None:
+            hint = retry_after_seconds(response.headers) if error_class in CAPACITY_LIKE else None
+            return self._failed(
+                deployment, attempt, started, error_class, response.status, content, hint
+            )
+        attempt.duration_ms = (time.perf_counter() - started) * 1000
+        self.call.ttfb_ms = self.call.elapsed_ms()
+        return Answer(deployment, 200, content, payload)
+
+    def _failed(
+        self,
+        deployment: DeploymentSpec,
+        attempt: AttemptLog,
+        started: float,
+        error_class: ErrorClass,
+        status: int | None = None,
+        content: bytes = b"",
+        retry_after: float | None = None,
+    ) -> Failure | Answer:
+        attempt.duration_ms = (time.perf_counter() - started) * 1000
+        attempt.error_class = error_class.value
+        self.failures.append(error_class)
+        if retry_after is not None:
+            self.retry_hints.append(retry_after)
+        if error_class is ErrorClass.BAD_REQUEST:
+            return Answer(deployment, status or 400, openai_error(content), None)
+        if error_class is ErrorClass.CONTEXT_LENGTH:
+            self.context_refusal = Answer(deployment, status or 400, openai_error(content), None)
+        elif error_class is ErrorClass.AUTH_CONFIG:
+            message = f"upstream {deployment.upstream.name} answered {status} (auth/config)"
+            log.error("deployment %s looks misconfigured: %s", deployment.name, message)
+            spawn(db_read(deployment_mark_misconfigured, name=deployment.name, message=message))
+        elif error_class in _TRANSIENT:
+            log.warning("%s: %s from %s", self.call.request_id, error_class, deployment.name)
+        return Failure(error_class, status, content, retry_after)
+
+    def _skip(self, deployment: DeploymentSpec, number: int, why: str) -> None:
+        self.skips[why] += 1
+        self.call.attempts.append(
+            AttemptLog(
+                number=number,
+                deployment=deployment.name,
+                started_at=datetime.now(UTC),
+                skipped=why,
+            )
+        )
+
+    # --- what next ---------------------------------------------------------------------
+
+    def _remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _spent(self) -> bool:
+        return self.call.attempt_count >= self.route.policy.max_attempts or self._remaining() <= 0
+
+    def _too_small(self, deployment: DeploymentSpec) -> bool:
+        refused = self.context_refusal
+        return (
+            refused is not None and deployment.context_window <= refused.deployment.context_window
+        )
+
+    def _fits(self, wait: float) -> bool:
+        return wait < self._remaining()
+
+    def _retry_same(self, deployment: DeploymentSpec, failure: Failure) -> tuple[float, str] | None:
+        policy = self.route.policy
+        if failure.error_class is ErrorClass.RATE_LIMIT:
+            after = failure.retry_after
+            if after is not None and after <= policy.retry_after_cap and self._fits(after):
+                return after, "retry_after"
+            return None
+        if (
+            failure.error_class in _TRANSIENT
+            and self.tried[deployment.name] <= SAME_DEPLOYMENT_RETRIES
+        ):
+            wait = backoff(self.tried[deployment.name] - 1, policy, self.rng)
+            return (wait, "backoff") if self._fits(wait) else None
+        return None
+
+    def _next_pass_wait(
+        self, pass_number: int, failures: list[Failure], waiting_for_slot: bool
+    ) -> tuple[float, str] | None:
+        if self.call.attempt_count >= self.route.policy.max_attempts:
+            return None
+        if any(f.error_class in _WORTH_ANOTHER_PASS for f in failures):
+            hints = [f.retry_after for f in failures if f.retry_after is not None]
+            wait = retry_wait(
+                pass_number, min(hints) if hints else None, self.route.policy, self.rng
+            )
+        elif waiting_for_slot:
+            # Every deployment is at its concurrency limit: a slot frees up as soon as a
+            # call ends, so look again soon (the priority work replaces this with a queue).
+            wait = (self.rng.uniform(0.02, min(1.0, 0.05 * 2 ** min(pass_number, 5))), "wait")
+        else:
+            return None  # skipped by breakers, drains or budgets: waiting will not help
+        return wait if self._fits(wait[0]) else None
+
+    def _give_up(self) -> Answer:
+        if self.context_refusal is not None:
+            return self.context_refusal
+        raise self._exhausted()
+
+    def _exhausted(self) -> GatewayError:
+        waits = self.retry_hints + self.breaker_waits
+        capacity = any(f in CAPACITY_LIKE for f in self.failures) or any(
+            self.skips[r.value] for r in Refusal
+        )
+        if capacity:
+            wait = min(waits) if waits else settings.SLUICE_CAPACITY_RETRY_AFTER
+            return capacity_exhausted(max(1, math.ceil(wait)))
+        name = self.route.name
+        if self.failures and all(f in _TIMEOUTS for f in self.failures):
+            return GatewayError(
+                504,
+                f"Every deployment for `{name}` timed out.",
+                type="server_error",
+                code="upstream_timeout",
+                outcome=Outcome.UPSTREAM_TIMEOUT,
+            )
+        if self.failures:
+            classes = ", ".join(sorted({f.value for f in self.failures}))
+            return GatewayError(
+                502,
+                f"Every deployment for `{name}` failed ({classes}).",
+                type="server_error",
+                code="upstream_error",
+                outcome=Outcome.UPSTREAM_ERROR,
+            )
+        why = "drained" if self.skips["drain"] else "disabled"
+        return GatewayError(
+            503,
+            f"No deployment for `{name}` can take calls now (all {why}).",
+            type="server_error",
+            code="no_deployment",
+            outcome=Outcome.CAPACITY_EXHAUSTED,
+            headers={"Retry-After": str(settings.SLUICE_CAPACITY_RETRY_AFTER)},
+        )
