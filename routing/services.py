@@ -8,7 +8,7 @@ from routing.models import Deployment
 
 
 def deployment_mark_misconfigured(*, name: str, message: str) -> None:
-    """Shown in the admin next to the deployment; cleared by the next config apply or drain."""
+    """Shown in the admin next to the deployment until someone clears it there."""
     Deployment.objects.filter(name=name).update(
         config_error=message[:300], config_error_at=timezone.now()
     )
