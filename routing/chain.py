@@ -295,18 +295,19 @@ class ChainWalk:
         return wait < self._remaining()
 
     def _retry_same(self, deployment: DeploymentSpec, failure: Failure) -> tuple[float, str] | None:
+        """Try the same deployment again (once), after a short Retry-After or a backoff."""
         policy = self.route.policy
+        tries = self.tried[deployment.name]
+        if tries > SAME_DEPLOYMENT_RETRIES:
+            return None
         if failure.error_class is ErrorClass.RATE_LIMIT:
             after = failure.retry_after
             if after is not None and after <= policy.retry_after_cap and self._fits(after):
                 return after, "retry_after"
-            return None
-        if (
-            failure.error_class in _TRANSIENT
-            and self.tried[deployment.name] <= SAME_DEPLOYMENT_RETRIES
-        ):
-            wait = backoff(self.tried[deployment.name] - 1, policy, self.rng)
-            return (wait, "backoff") if self._fits(wait) else None
+        elif failure.error_class in _TRANSIENT:
+            wait = backoff(tries - 1, policy, self.rng)
+            if self._fits(wait):
+                return wait, "backoff"
         return None
 
     def _next_pass_wait(

@@ -4,6 +4,9 @@ A plain ASGI3 application (no Django, no framework) so it is never the bottlenec
 responses are encoded once, streamed chunks are encoded once per request, and the only
 per-request work is a dict lookup, a few counters and one ``json.dumps``.
 
+Faults of every upstream error class can be injected per model, by probability (``--fault``),
+over time (``--schedule``) or live (``POST /admin/models/NAME``): see ``FAULT_KINDS``.
+
 Run it with ``python -m routing.simulator --port 9100 --model big:4`` or, inside the project,
 ``python manage.py simulate_upstream`` (same flags).
 """
@@ -278,7 +281,8 @@ class SimulatorConfig:
             else:
                 _number(entry[2], f"scheduled capacity of model {entry[1]!r}", int, 0)
         for fault in self.faults:
-            _model_name(fault.model, "faults")
+            if fault.model not in self.models:
+                raise ValueError(f"faults: model {fault.model!r} is not served")
             self._check_fault(fault.kind, fault.probability, fault.retry_after, "faults")
 
     @staticmethod

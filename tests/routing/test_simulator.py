@@ -648,6 +648,8 @@ def test_config_from_args_faults() -> None:
     assert app.models["big"].fault_plan == (("server_error", 1.0),)
     assert app.models["medium"].retry_after == 3.0
     assert app.models["big"].stats()["injected"] == dict.fromkeys(FAULT_KINDS, 0)
+    with pytest.raises(ValueError, match="model 'x' is not served"):
+        SimulatorConfig(models={"m": 1}, faults=[FaultSpec("x", "auth", 1.0)])
     for argv, message in [
         (["--fault", "big:nope=1"], "unknown fault kind"),
         (["--fault", "other:auth=1"], "model 'other', which is not served"),

@@ -1,0 +1,140 @@
+"""Start the pieces a benchmark needs (simulators, a gateway on a throw-away database) and
+read their CPU use. Shared by the benchmarks in this folder."""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process for {url} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise SystemExit(f"{url} did not come up")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / CLOCK_TICKS
+
+
+def process_tree(proc: subprocess.Popen) -> list[int]:
+    """A process and its children (uvicorn --workers N: the parent only supervises)."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return [proc.pid, *map(int, children)]
+
+
+class Stack:
+    """Processes started for one benchmark run, stopped together."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+        self.env = os.environ | {
+            "DATABASE_URL": os.environ.get("DATABASE_URL", f"sqlite:///{self.tmp}/bench.sqlite3"),
+            "SLUICE_SECRET_KEY": "bench",
+            "SLUICE_LOG_LEVEL": "WARNING",
+        }
+
+    def simulator(self, *args: str) -> str:
+        """Start a simulator; its base URL (without /v1)."""
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "routing.simulator", "--port", str(port), *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(f"{url}/stats", proc)
+        return url
+
+    def configure(self, config_toml: str, *, member: str, application: str) -> str:
+        """Migrate, apply the config, issue a key for the member; the key."""
+        path = self.tmp / "bench.toml"
+        path.write_text(config_toml)
+        manage = [sys.executable, "manage.py"]
+        run = {"cwd": ROOT, "env": self.env, "check": True}
+        subprocess.run([*manage, "migrate", "-v0"], **run)
+        subprocess.run([*manage, "apply_config", str(path)], stdout=subprocess.DEVNULL, **run)
+        issued = subprocess.run(
+            [*manage, "issue_key", "--member", member, "--application", application],
+            capture_output=True,
+            text=True,
+            **run,
+        )
+        return issued.stdout.strip().splitlines()[-1]
+
+    def gateway(
+        self, *, workers: int = 1, env: dict[str, str] | None = None
+    ) -> tuple[str, list[int]]:
+        """Start Sluice under uvicorn; its base URL and process ids."""
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "config.asgi:application",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=self.env | (env or {}),
+        )
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(f"{url}/healthz", proc)
+        time.sleep(0.5)  # workers finish starting
+        return url, process_tree(proc)
+
+    def stop_last(self) -> None:
+        proc = self.procs.pop()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def stack() -> Iterator[Stack]:
+    s = Stack()
+    try:
+        yield s
+    finally:
+        s.close()
