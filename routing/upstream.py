@@ -62,6 +62,6 @@ def transport_error_class(exc: BaseException) -> ErrorClass:
         return ErrorClass.CONNECT_TIMEOUT
     if isinstance(exc, asyncio.TimeoutError):
         return ErrorClass.READ_TIMEOUT
-    if isinstance(exc, aiohttp.ClientResponseError | aiohttp.ClientPayloadError):
-        return ErrorClass.MALFORMED
-    return ErrorClass.CONNECTION
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return ErrorClass.MALFORMED  # not HTTP as it should be
+    return ErrorClass.CONNECTION  # refused, reset, or a body cut short (ClientPayloadError)
