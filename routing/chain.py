@@ -210,7 +210,7 @@ class ChainWalk:
             # bounded by the upstream's read timeout between chunks instead.
             async with asyncio.timeout(self._remaining()):
                 response = await open_response(deployment, self.request.endpoint.value, body)
-        except (UpstreamError, TimeoutError) as exc:
+        except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             return self._failed(deployment, attempt, started, transport_error_class(exc))
         attempt.status_code = response.status
         if response.status == 200 and self.request.stream:
@@ -218,7 +218,7 @@ class ChainWalk:
         try:
             async with asyncio.timeout(self._remaining()):
                 content = await response.read()
-        except (UpstreamError, TimeoutError) as exc:
+        except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             error_class: ErrorClass | None = transport_error_class(exc)
             content = b""
         else:

@@ -71,6 +71,9 @@ class SimulatorHandle:
             f"{self.url}/admin/models/{model}", json={"capacity": capacity}
         ).raise_for_status()
 
+    def set_faults(self, model: str, faults: dict[str, float]) -> None:
+        httpx.post(f"{self.url}/admin/models/{model}", json={"faults": faults}).raise_for_status()
+
     def stats(self, model: str) -> dict[str, Any]:
         return httpx.get(f"{self.url}/stats").json()["models"][model]
 
@@ -125,6 +128,108 @@ def django_db_setup(
         teardown_databases(databases, verbosity=0)
 
 
+FAULTY_MODELS = [
+    "srv",
+    "rl",
+    "rlbare",
+    "ctx",
+    "auth",
+    "nf",
+    "hang",
+    "reset",
+    "garbage",
+    "cut",
+    "brk",
+    "shared",
+    "drn",
+    "ok",
+    "ok2",
+    "t1",
+    "t2",
+    "t3",
+]
+FAULTS = {
+    "srv": "server_error",
+    "rl": "rate_limit=1:0.2",
+    "rlbare": "rate_limit_bare",
+    "ctx": "context_length",
+    "auth": "auth",
+    "nf": "not_found",
+    "hang": "hang",
+    "reset": "reset",
+    "garbage": "garbage",
+    "cut": "stream_cut",
+    "t1": "capacity",
+}
+
+
+@pytest.fixture(scope="session")
+def faulty_simulator() -> Iterator[SimulatorHandle]:
+    """One model per upstream failure class (see FAULTS), plus healthy ones."""
+    args = [arg for m in FAULTY_MODELS for arg in ("--model", f"{m}:16")]
+    for model, fault in FAULTS.items():
+        spec = fault if "=" in fault else f"{fault}=1"
+        args += ["--fault", f"{model}:{spec}"]
+    yield from _simulator(*args)
+
+
+def _faulty_config(faulty: SimulatorHandle) -> dict[str, list[dict[str, Any]]]:
+    """Deployments `f-<model>` and routes `r-<scenario>` for the resilience tests. Every
+    scenario has its own deployments, so one test's breaker cannot touch another's."""
+    fast = {"backoff_base": 0.05, "backoff_cap": 0.2}
+
+    def dep(model: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "name": f"f-{model}",
+            "upstream": "faulty",
+            "model": model,
+            "breaker_threshold": 1000,
+            **extra,
+        }
+
+    deployments = [dep(m) for m in FAULTY_MODELS if m not in ("ctx", "brk", "shared")]
+    deployments += [
+        dep("ctx", context_window=8192),
+        {**dep("ok"), "name": "f-small-ctx", "context_window": 4096},
+        {**dep("ok2"), "name": "f-big-ctx", "context_window": 200_000},
+        dep("brk", breaker_threshold=3, breaker_cooldown=2),
+        dep("shared", breaker_threshold=3, breaker_cooldown=120),
+    ]
+    for d in deployments:
+        if d["name"] in ("f-t1", "f-t2"):
+            d["tier"] = "large"
+        elif d["name"] == "f-t3":
+            d["tier"] = "small"
+    routes = [
+        {"name": f"r-{m}", "chain": [f"f-{m}", "f-ok"], **fast}
+        for m in (
+            "srv",
+            "rl",
+            "rlbare",
+            "auth",
+            "nf",
+            "hang",
+            "reset",
+            "garbage",
+            "brk",
+            "shared",
+            "drn",
+        )
+    ]
+    routes += [
+        {"name": "r-ctx", "chain": ["f-ctx", "f-small-ctx", "f-big-ctx"], **fast},
+        {"name": "r-cut", "chain": ["f-cut", "f-ok"], **fast},
+        {"name": "r-ok", "chain": ["f-ok"], **fast},
+        {"name": "r-tier", "chain": ["f-t1", "f-t2", "f-t3"], "max_attempts": 3, **fast},
+    ]
+    return {
+        # A short read timeout, so a hanging upstream costs the tests one second.
+        "upstreams": [{"name": "faulty", "base_url": f"{faulty.url}/v1", "read_timeout": 1}],
+        "deployments": deployments,
+        "routes": routes,
+    }
+
+
 def _child_database_url() -> str:
     s = connection.settings_dict
     if connection.vendor == "sqlite":
@@ -133,7 +238,9 @@ def _child_database_url() -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-def e2e_config(simulator: SimulatorHandle, slow: SimulatorHandle) -> dict[str, Any]:
+def e2e_config(
+    simulator: SimulatorHandle, slow: SimulatorHandle, faulty: SimulatorHandle
+) -> dict[str, Any]:
     """The demo config pointed at the test simulators, plus a slow route and a route the
     demo application may not use."""
     raw = tomllib.loads((ROOT / "config" / "demo.toml").read_text())
@@ -153,6 +260,9 @@ def e2e_config(simulator: SimulatorHandle, slow: SimulatorHandle) -> dict[str, A
         {"name": "full", "chain": ["tiny"], "max_attempts": 3, "backoff_base": 0.05},
     ]
     raw["applications"][0]["routes"] += ["slow", "full"]
+    for section, entries in _faulty_config(faulty).items():
+        raw[section] += entries
+    raw["applications"][0]["routes"] += [r["name"] for r in raw["routes"] if r["name"][:2] == "r-"]
     return raw
 
 
@@ -162,18 +272,7 @@ class GatewayHandle:
     max_body_bytes: int
 
 
-@pytest.fixture(scope="session")
-def gateway(
-    django_db_setup: None,
-    django_db_blocker: Any,
-    simulator: SimulatorHandle,
-    slow_simulator: SimulatorHandle,
-) -> Iterator[GatewayHandle]:
-    from routing.config_file import apply_config, validate_config
-
-    with django_db_blocker.unblock():
-        apply_config(validate_config(e2e_config(simulator, slow_simulator)))
-        database_url = _child_database_url()
+def _gateway(database_url: str, *, workers: int = 1) -> Iterator[GatewayHandle]:
     port = free_port()
     max_body = 64 * 1024
     env = os.environ | {
@@ -181,27 +280,54 @@ def gateway(
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_MAX_BODY_BYTES": str(max_body),
         "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
+        # Breakers opened by an earlier run must not be seen by this one.
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
     }
+    args = [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
     proc = _start(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ],
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", *args],
         url=f"http://127.0.0.1:{port}/healthz",
         env=env,
     )
     yield GatewayHandle(f"http://127.0.0.1:{port}", max_body)
     _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def e2e_database(
+    django_db_setup: None,
+    django_db_blocker: Any,
+    simulator: SimulatorHandle,
+    slow_simulator: SimulatorHandle,
+    faulty_simulator: SimulatorHandle,
+) -> str:
+    """The test database with the end-to-end config applied; its URL for subprocesses."""
+    from routing.config_file import apply_config, validate_config
+
+    with django_db_blocker.unblock():
+        apply_config(validate_config(e2e_config(simulator, slow_simulator, faulty_simulator)))
+        return _child_database_url()
+
+
+@pytest.fixture(scope="session")
+def gateway(e2e_database: str) -> Iterator[GatewayHandle]:
+    yield from _gateway(e2e_database)
+
+
+@pytest.fixture(scope="session")
+def gateway_two_workers(e2e_database: str) -> Iterator[GatewayHandle]:
+    """Two uvicorn workers behind one port: what they share must live in Redis."""
+    yield from _gateway(e2e_database, workers=2)
 
 
 @dataclass
