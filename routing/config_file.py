@@ -207,8 +207,8 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail("'max_concurrency' must be between 1 and 100000")
         if not 1 <= e["context_window"] <= 100_000_000:
             fail("'context_window' must be between 1 and 100000000 tokens")
-        if not 1 <= e["breaker_threshold"] <= 1000:
-            fail("'breaker_threshold' must be between 1 and 1000")
+        if not 0 <= e["breaker_threshold"] <= 1000:
+            fail("'breaker_threshold' must be between 0 (breaker off) and 1000")
         if not 0 < e["breaker_cooldown"] <= 86_400:
             fail("'breaker_cooldown' must be between 0 and 86400 seconds")
         if not 0 <= e["retry_budget"] <= 1:

@@ -11,7 +11,7 @@ The rules (DESIGN.md, seeds 000/001/004):
 - breaker: `threshold` consecutive capacity/rate-limit/server errors open it for
   `cooldown` seconds; then it half-opens and lets 1 + (successes so far) probes in flight;
   `close_after` successes close it, one failure re-opens it. A misconfigured deployment
-  (auth/config error) opens at once.
+  (auth/config error) opens at once. A threshold of 0 switches the breaker off.
 - adaptive limit: starts at max concurrency; a capacity error cuts it to 70 % (never below 1);
   a limit's worth of successes raises it by 1, up to max concurrency.
 - leases: a request holds a slot for `lease` seconds, renewed while it runs, so slots held
@@ -176,7 +176,7 @@ class LocalDeploymentState:
                 d.limit = max(1.0, math.floor((d.limit or 1) * 0.7))
                 d.streak = 0
             d.failures += 1
-            if (
+            if limits.threshold and (
                 result is Result.MISCONFIGURED
                 or d.mode == "half_open"
                 or d.failures >= limits.threshold

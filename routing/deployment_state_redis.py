@@ -105,7 +105,8 @@ if result == 'success' then
 else
   if result == 'capacity' then limit, streak = math.max(1, math.floor(limit * 0.7)), 0 end
   failures = failures + 1
-  if result == 'misconfigured' or mode == 'half_open' or failures >= threshold then
+  if threshold > 0 and (result == 'misconfigured' or mode == 'half_open'
+                        or failures >= threshold) then
     mode, open_until, failures, half, reason = 'open', now + cooldown, 0, 0, result
   end
 end

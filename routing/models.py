@@ -35,7 +35,8 @@ class Deployment(models.Model):
     output_price_per_million = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     enabled = models.BooleanField(default=True)
     breaker_threshold = models.PositiveSmallIntegerField(
-        default=3, help_text="Consecutive capacity/rate-limit/server errors that open it."
+        default=3,
+        help_text="Consecutive capacity/rate-limit/server errors that open it (0: never).",
     )
     breaker_cooldown = models.FloatField(default=300.0, help_text="Seconds it stays open.")
     retry_budget = models.FloatField(

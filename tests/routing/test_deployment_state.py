@@ -173,3 +173,10 @@ async def test_retry_budget_is_a_tenth_of_first_attempts(state, name):
     assert (
         await _call(state, name, Result.SUCCESS, limits=limits, retry=True, now=T0 + 61)
     ).admitted
+
+
+async def test_threshold_zero_switches_the_breaker_off(state, name):
+    limits = Limits(max_concurrency=10, threshold=0)
+    for result in [Result.FAILURE] * 10 + [Result.MISCONFIGURED]:
+        await _call(state, name, result, limits=limits)
+    assert (await state.snapshot(name, limits, now=T0)).mode == "closed"
