@@ -134,16 +134,20 @@ class LocalDeploymentState:
             if now < d.open_until:
                 return Admission(False, Refusal.BREAKER, d.open_until - now)
             d.mode, d.half_successes = "half_open", 0
-        d.slots = {s: exp for s, exp in d.slots.items() if exp > now}
         allowed = math.floor(d.limit or 1)
         if d.mode == "half_open":
             allowed = min(allowed, 1 + d.half_successes)
         if len(d.slots) >= allowed:
-            refusal = Refusal.BREAKER if d.mode == "half_open" else Refusal.CONCURRENCY
-            return Admission(False, refusal)
+            # Expired leases only matter when the deployment looks full.
+            d.slots = {s: exp for s, exp in d.slots.items() if exp > now}
+            if len(d.slots) >= allowed:
+                refusal = Refusal.BREAKER if d.mode == "half_open" else Refusal.CONCURRENCY
+                return Admission(False, refusal)
         bucket = int(now // BUDGET_BUCKET)
-        d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
-        counts = d.budget.setdefault(bucket, [0, 0])
+        counts = d.budget.get(bucket)
+        if counts is None:
+            d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
+            counts = d.budget[bucket] = [0, 0]
         if retry:
             firsts = sum(c[0] for c in d.budget.values())
             retries = sum(c[1] for c in d.budget.values())
