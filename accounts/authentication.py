@@ -34,11 +34,17 @@ class Principal:
     member_id: int
     member_email: str
     team_id: int
+    team_slug: str
+    team_time_zone: str
     application_id: int
     application_slug: str
     allowed_routes: frozenset[str]
     default_priority: str
     fallback: str
+    default_max_tokens: int
+    max_tokens_ceiling: int | None
+    clamp_max_tokens: bool
+    max_n: int | None
 
 
 _cache: dict[str, tuple[float, Principal | None]] = {}
@@ -63,11 +69,17 @@ def _load(prefix: str) -> Principal | None:
         member_id=key.member_id,
         member_email=key.member.user.email,
         team_id=key.application.team_id,
+        team_slug=key.application.team.slug,
+        team_time_zone=key.application.team.time_zone,
         application_id=key.application_id,
         application_slug=key.application.slug,
         allowed_routes=routes,
         default_priority=key.application.default_priority,
         fallback=key.application.fallback,
+        default_max_tokens=key.application.default_max_tokens,
+        max_tokens_ceiling=key.application.max_tokens_ceiling,
+        clamp_max_tokens=key.application.clamp_max_tokens,
+        max_n=key.application.max_n,
     )
 
 

@@ -53,6 +53,14 @@ class Application(models.Model):
         default=Fallback.ANY,
         help_text="Default fallback policy; X-Sluice-Fallback overrides it per request.",
     )
+    default_max_tokens = models.PositiveIntegerField(
+        default=1024, help_text="Output tokens reserved for a request that sets no max_tokens."
+    )
+    max_tokens_ceiling = models.PositiveIntegerField(null=True, blank=True)
+    clamp_max_tokens = models.BooleanField(
+        default=True, help_text="Over the ceiling: clamp max_tokens (else refuse with 400)."
+    )
+    max_n = models.PositiveIntegerField(null=True, blank=True, help_text="Ceiling on `n`.")
 
     def __str__(self) -> str:
         return self.slug

@@ -115,6 +115,10 @@ SLUICE_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_KEY_CACHE_SECONDS", 2))
 SLUICE_CATALOG_CACHE_SECONDS = float(os.environ.get("SLUICE_CATALOG_CACHE_SECONDS", 2))
 # Audit rows are written in batches off the request path.
 SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
+# When Redis is unreachable, quotas are enforced by each worker on its own counters
+# ("open", the default: calls keep flowing, limits hold per worker) or every call that has
+# limits is refused with 503 ("closed").
+SLUICE_QUOTAS_WHEN_REDIS_DOWN = os.environ.get("SLUICE_QUOTAS_WHEN_REDIS_DOWN", "open")
 # Retry-After sent with a 503 when every deployment in the chain is at capacity.
 SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 5))
 

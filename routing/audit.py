@@ -75,6 +75,7 @@ class CallLog:
     retries: int = 0
     fell_back: bool = False
     attempts: list[AttemptLog] = field(default_factory=list)
+    quota: Any = None  # the quota reservation to settle (quotas.admission.Ticket), not stored
 
     @property
     def attempt_count(self) -> int:

@@ -208,16 +208,25 @@ class LocalDeploymentState:
         self._deployments.pop(name, None)
 
 
-class LeaseKeeper:
-    """Renews the leases this worker holds, so a long call keeps its slot and a dead
-    worker's slots expire. One task per worker, every lease/3 seconds."""
+class Leased(Protocol):
+    lease: float
 
-    def __init__(self, state: DeploymentState) -> None:
+
+class Renewer(Protocol):
+    async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None: ...
+
+
+class LeaseKeeper:
+    """Renews the leases this worker holds (deployment slots, quota concurrency), so a long
+    call keeps its slot and a dead worker's slots expire. One task per worker and kind,
+    every lease/3 seconds."""
+
+    def __init__(self, state: Renewer) -> None:
         self.state = state
-        self._held: dict[str, tuple[Limits, set[str]]] = {}
+        self._held: dict[str, tuple[Leased, set[str]]] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def hold(self, name: str, limits: Limits, slot: str) -> None:
+    def hold(self, name: str, limits: Leased, slot: str) -> None:
         self._held.setdefault(name, (limits, set()))[1].add(slot)
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:

@@ -99,6 +99,9 @@ class Outcome(models.TextChoices):
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
     CLIENT_CANCELLED = "client_cancelled"
+    RATE_LIMITED = "rate_limited"  # refused by Sluice's own limits, before any upstream
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CONCURRENCY_LIMITED = "concurrency_limited"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -13,10 +13,12 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from accounts.authentication import Principal, authenticate, presented_key
+from quotas.admission import admit, enforce_ceilings
 from quotas.priority import priority_for
-from routing.audit import CallLog, audit_writer, new_request_id
+from routing.audit import CallLog, new_request_id
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
+from routing.completion import complete
 from routing.errors import GatewayError, error_message
 from routing.models import Outcome
 from routing.payloads import Endpoint, parse_request
@@ -42,25 +44,23 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
             application_default=principal.default_priority,
             requested=request.headers.get("x-sluice-priority"),
         )
-        walk = ChainWalk(
-            call,
-            route,
-            client_request,
-            fallback=fallback_for(
-                application_default=principal.fallback,
-                requested=request.headers.get("x-sluice-fallback"),
-            ),
-            deadline=deadline_for(route.policy, request.headers.get("x-sluice-max-wait")),
+        fallback = fallback_for(
+            application_default=principal.fallback,
+            requested=request.headers.get("x-sluice-fallback"),
         )
+        deadline = deadline_for(route.policy, request.headers.get("x-sluice-max-wait"))
+        enforce_ceilings(principal, client_request)
+        call.quota = await admit(principal, client_request, route, request, call.request_id)
+        walk = ChainWalk(call, route, client_request, fallback=fallback, deadline=deadline)
         result = await walk.run()
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
-        audit_writer.record(call)
+        complete(call)
         return _stamp(error.response(), call)
     except asyncio.CancelledError:
         # The client went away while Sluice waited on an upstream.
         call.finish(outcome=Outcome.CLIENT_CANCELLED, status=499)
-        audit_writer.record(call)
+        complete(call)
         raise
     except Exception as exc:
         # A bug, not an answer: the call is still recorded, the client gets the shape.
@@ -73,7 +73,7 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
             outcome=Outcome.INTERNAL_ERROR,
         )
         call.finish(outcome=error.outcome, status=500, error_message=type(exc).__name__)
-        audit_writer.record(call)
+        complete(call)
         return _stamp(error.response(), call)
 
     call.served_deployment = result.deployment.name
@@ -96,7 +96,7 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
             status=result.status,
             error_message=error_message(result.body),
         )
-    audit_writer.record(call)
+    complete(call)
     return _stamp(
         HttpResponse(result.body, status=result.status, content_type="application/json"), call
     )
@@ -135,4 +135,7 @@ def _stamp(response: HttpResponseBase, call: CallLog) -> HttpResponseBase:
     response["X-Sluice-Request-Id"] = call.request_id
     response["X-Sluice-Served-Model"] = call.served_deployment
     response["X-Sluice-Attempts"] = str(call.attempt_count)
+    if call.quota is not None:
+        for name, value in call.quota.headers.items():
+            response[name] = value
     return response

@@ -9,9 +9,10 @@ from typing import Any
 
 import aiohttp
 
-from routing.audit import AttemptLog, CallLog, audit_writer
+from routing.audit import AttemptLog, CallLog
 from routing.background import spawn
 from routing.catalog import DeploymentSpec
+from routing.completion import complete
 from routing.deployment_state import Result
 from routing.errors import error_body
 from routing.models import Outcome
@@ -98,7 +99,7 @@ class StreamRelay:
         usage = self.tap.usage or estimated_usage(self.request, self.tap.chunks)
         settle_usage(call, self.stream.deployment, usage)
         call.finish(outcome=outcome, status=status, error_message=message)
-        audit_writer.record(call)
+        complete(call)
 
     def _result(self, outcome: str) -> Result:
         """How the stream went, for the deployment's breaker and adaptive limit."""

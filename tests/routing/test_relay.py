@@ -17,7 +17,7 @@ from tests.conftest import SimulatorHandle, wait_until
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CallLog]:
     calls: list[CallLog] = []
-    monkeypatch.setattr("routing.relay.audit_writer.record", calls.append)
+    monkeypatch.setattr("routing.completion.audit_writer.record", calls.append)
     return calls
 
 

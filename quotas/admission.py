@@ -1,0 +1,344 @@
+"""Admitting a call against its limits, before any upstream is called, and settling it.
+
+Requests per minute go through django-ratelimit (fixed one-minute windows, staggered per
+key; its counter is Django's cache: Redis with REDIS_URL). Tokens, concurrency and budgets
+are reserved on quotas.counters: the estimate of the prompt plus `max_tokens` (or the
+application's default) times `n`, settled against the usage the upstream reports.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from django_ratelimit.core import get_usage
+from redis.exceptions import RedisError
+
+from accounts.authentication import Principal
+from quotas.counters import Check, LeaseLength, QuotaCounters, quota_counters
+from quotas.counters_redis import QuotaStoreDown, redis_down
+from quotas.limits import ScopeLimits, limits_for, period_starts
+from routing.background import spawn
+from routing.catalog import RouteSpec
+from routing.deployment_state import LeaseKeeper
+from routing.errors import GatewayError, bad_request
+from routing.models import Outcome
+from routing.payloads import ClientRequest, Endpoint
+
+CONCURRENCY_LEASE = LeaseLength(120.0)
+_lease_keeper: LeaseKeeper | None = None
+
+
+@dataclass
+class Ticket:
+    """What a call reserved, to settle when it ends."""
+
+    counters: QuotaCounters
+    slot: str
+    tokens: float = 0.0
+    cost: float = 0.0
+    token_keys: list[str] = field(default_factory=list)
+    cost_keys: list[str] = field(default_factory=list)
+    lease_keys: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Counter:
+    scope: ScopeLimits
+    kind: str  # tpm | day | month | cost | concurrency
+    check: Check
+    resets_at: float
+
+
+def _keeper(counters: QuotaCounters) -> LeaseKeeper:
+    global _lease_keeper
+    if _lease_keeper is None:
+        _lease_keeper = LeaseKeeper(counters)
+    return _lease_keeper
+
+
+def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
+    """The application's ceilings on `max_tokens` (clamped or refused) and on `n`."""
+    n = request.body.get("n") or 1
+    if principal.max_n is not None and n > principal.max_n:
+        raise bad_request(
+            f"Application {principal.application_slug} allows n up to {principal.max_n}.",
+            param="n",
+        )
+    ceiling = principal.max_tokens_ceiling
+    if ceiling is None:
+        return
+    for name in ("max_tokens", "max_completion_tokens"):
+        asked = request.body.get(name)
+        if asked is not None and asked > ceiling:
+            if not principal.clamp_max_tokens:
+                raise bad_request(
+                    f"Application {principal.application_slug} allows {name} up to {ceiling}.",
+                    param=name,
+                )
+            request.body[name] = ceiling
+
+
+def estimated_tokens(principal: Principal, request: ClientRequest, raw_size: int) -> int:
+    """Prompt (about 4 bytes a token, counted on the raw body: never too low) plus the
+    most the answer may take."""
+    prompt = raw_size // 4 + 1
+    if request.endpoint is Endpoint.EMBEDDINGS:
+        return prompt
+    body = request.body
+    out = (
+        body.get("max_completion_tokens") or body.get("max_tokens") or principal.default_max_tokens
+    )
+    out = min(out, principal.max_tokens_ceiling or out)
+    return prompt + out * (body.get("n") or 1)
+
+
+async def admit(
+    principal: Principal,
+    request: ClientRequest,
+    route: RouteSpec,
+    http_request: HttpRequest,
+    request_id: str,
+) -> Ticket | None:
+    """Raise 429 when a limit says no; else the reservation to settle later (None when
+    no limit applies)."""
+    try:
+        return await _admit(principal, request, route, http_request, request_id)
+    except QuotaStoreDown:
+        raise GatewayError(
+            503,
+            "Limits cannot be checked right now; retry shortly.",
+            type="server_error",
+            code="limits_unavailable",
+            headers={"Retry-After": "5"},
+        ) from None
+
+
+async def _admit(
+    principal: Principal,
+    request: ClientRequest,
+    route: RouteSpec,
+    http_request: HttpRequest,
+    request_id: str,
+) -> Ticket | None:
+    limits = await limits_for(principal)
+    if not limits:
+        return None
+    counters = quota_counters()
+    ticket = Ticket(counters=counters, slot=request_id)
+    now = time.time()
+    rpm = [s for s in limits if s.requests_per_minute]
+    if rpm:
+        await _count_request(rpm, http_request, ticket)
+
+    tokens = estimated_tokens(principal, request, len(http_request.body))
+    prices = [d.output_price_per_million for d in route.chain] or [0]
+    cost = tokens * float(max(prices)) / 1_000_000  # at most this much
+    planned = _counters(limits, principal.team_time_zone, tokens, cost, now)
+    if not planned:
+        return ticket
+    verdict = await counters.reserve([p.check for p in planned], request_id, now=now)
+    if verdict.failed is not None:
+        raise _refusal(planned[verdict.failed], verdict.values[0], tokens, now)
+    ticket.tokens, ticket.cost = tokens, cost
+    for p, value in zip(planned, verdict.values, strict=True):
+        if p.kind in ("tpm", "day", "month"):
+            ticket.token_keys.append(p.check.key)
+        elif p.kind == "cost":
+            ticket.cost_keys.append(p.check.key)
+        else:
+            ticket.lease_keys.append(p.check.key)
+            _keeper(counters).hold(p.check.key, CONCURRENCY_LEASE, request_id)
+        if p.kind == "tpm":
+            _tightest(
+                ticket.headers, "tokens", p.check.limit, p.check.limit - value, p.resets_at - now
+            )
+    return ticket
+
+
+async def settle(ticket: Ticket, *, tokens: int, cost: float) -> None:
+    """Charge what was used instead of what was reserved, and free the call's slots."""
+    deltas = [(key, tokens - ticket.tokens) for key in ticket.token_keys]
+    deltas += [(key, cost - ticket.cost) for key in ticket.cost_keys]
+    await ticket.counters.adjust(deltas)
+    for key in ticket.lease_keys:
+        _keeper(ticket.counters).drop(key, ticket.slot)
+    await ticket.counters.release(ticket.lease_keys, ticket.slot)
+
+
+def settle_later(ticket: Ticket, *, tokens: int, cost: float) -> None:
+    spawn(settle(ticket, tokens=tokens, cost=cost))
+
+
+def _counters(
+    limits: tuple[ScopeLimits, ...], time_zone: str, tokens: int, cost: float, now: float
+) -> list[_Counter]:
+    minute = math.floor(now / 60)
+    day, next_day, month, next_month = period_starts(now, time_zone)
+    planned = []
+    for s in limits:
+        base = f"{s.scope}:{s.target}"
+
+        def add(
+            kind: str,
+            limit: float,
+            amount: float,
+            ttl: float,
+            resets_at: float,
+            *,
+            lease: bool = False,
+            seed: float = 0.0,
+            key: str = base,
+            s: ScopeLimits = s,
+        ) -> None:
+            check = Check(f"{_prefix()}:q:{key}:{kind}", limit, amount, ttl, lease, seed)
+            planned.append(_Counter(s, kind, check, resets_at))
+
+        if s.max_concurrency:
+            add("concurrency", s.max_concurrency, 1, CONCURRENCY_LEASE.lease, now + 1, lease=True)
+        if s.tokens_per_minute:
+            add("tpm", s.tokens_per_minute, tokens, 120, (minute + 1) * 60, key=f"{base}:{minute}")
+        if s.tokens_per_day:
+            add(
+                "day",
+                s.tokens_per_day,
+                tokens,
+                2 * 86_400,
+                next_day.timestamp(),
+                seed=s.tokens_today,
+                key=f"{base}:{_stamp(day)}",
+            )
+        if s.tokens_per_month:
+            add(
+                "month",
+                s.tokens_per_month,
+                tokens,
+                33 * 86_400,
+                next_month.timestamp(),
+                seed=s.tokens_this_month,
+                key=f"{base}:{_stamp(month)}",
+            )
+        if s.cost_per_month:
+            add(
+                "cost",
+                s.cost_per_month,
+                cost,
+                33 * 86_400,
+                next_month.timestamp(),
+                seed=s.cost_this_month,
+                key=f"{base}:{_stamp(month)}",
+            )
+    return planned
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y%m%d")
+
+
+def _prefix() -> str:
+    from django.conf import settings
+
+    return settings.SLUICE_REDIS_PREFIX
+
+
+_KIND_TEXT = {
+    "tpm": ("tokens per minute", "rate_limit_exceeded", Outcome.RATE_LIMITED),
+    "day": ("tokens per day", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
+    "month": ("tokens per month", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
+    "cost": ("USD per month", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
+    "concurrency": ("requests in flight", "concurrency_exceeded", Outcome.CONCURRENCY_LIMITED),
+}
+
+
+def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> GatewayError:
+    what, code, outcome = _KIND_TEXT[counter.kind]
+    limit = counter.check.limit
+    wait = max(1, math.ceil(counter.resets_at - now))
+    amount = f"{limit:g}" if counter.kind != "cost" else f"{limit:.2f}"
+    message = f"{counter.scope.label()}: {amount} {what}"
+    if counter.kind == "concurrency":
+        message += f"; {int(used)} are in flight. Retry when one finishes."
+    else:
+        needs = counter.check.amount
+        message += (
+            f"; {used:g} used, this request needs up to {needs:g}. Resets in {_duration(wait)}."
+        )
+        if needs > limit:
+            message += " It can never fit: ask for fewer max_tokens."
+    return GatewayError(
+        429, message, type=code, code=code, outcome=outcome, headers={"Retry-After": str(wait)}
+    )
+
+
+async def _count_request(rpm: list[ScopeLimits], http_request: HttpRequest, ticket: Ticket) -> None:
+    try:
+        usages = await sync_to_async(_rpm_usage, thread_sensitive=False)(rpm, http_request)
+    except (RedisError, OSError) as exc:
+        redis_down(exc)  # raises when quotas fail closed
+        return  # open: requests per minute go unchecked, the other counters fall back
+    for scope, usage in usages:
+        if usage is None:
+            continue
+        limit = scope.requests_per_minute
+        wait = max(1, math.ceil(usage["time_left"]))
+        if usage["should_limit"]:
+            raise GatewayError(
+                429,
+                f"{scope.label()}: {limit} requests per minute. Resets in {_duration(wait)}.",
+                type="rate_limit_exceeded",
+                code="rate_limit_exceeded",
+                outcome=Outcome.RATE_LIMITED,
+                headers={"Retry-After": str(wait), **_request_headers(limit, 0, wait)},
+            )
+        _tightest(ticket.headers, "requests", limit, limit - usage["count"], wait)
+
+
+def _rpm_usage(
+    rpm: list[ScopeLimits], http_request: HttpRequest
+) -> list[tuple[ScopeLimits, dict | None]]:
+    return [
+        (
+            s,
+            get_usage(
+                http_request,
+                group="sluice.rpm",
+                key=lambda group, request, s=s: f"{s.scope}:{s.target}",
+                rate=f"{s.requests_per_minute}/m",
+                increment=True,
+            ),
+        )
+        for s in rpm
+    ]
+
+
+def _request_headers(limit: float, remaining: float, reset: float) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-requests": f"{limit:g}",
+        "x-ratelimit-remaining-requests": f"{max(0, remaining):g}",
+        "x-ratelimit-reset-requests": _duration(reset),
+    }
+
+
+def _tightest(
+    headers: dict[str, str], kind: str, limit: float, remaining: float, reset: float
+) -> None:
+    """OpenAI's x-ratelimit-* trio, for the scope with the least left."""
+    current = headers.get(f"x-ratelimit-remaining-{kind}")
+    if current is not None and float(current) <= remaining:
+        return
+    headers[f"x-ratelimit-limit-{kind}"] = f"{limit:g}"
+    headers[f"x-ratelimit-remaining-{kind}"] = f"{max(0.0, remaining):g}"
+    headers[f"x-ratelimit-reset-{kind}"] = _duration(reset)
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's format: 1s, 6m0s, 1h2m3s."""
+    seconds = max(0, math.ceil(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"

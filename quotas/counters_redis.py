@@ -1,0 +1,152 @@
+"""Quota counters in Redis: one Lua script reserves across every scope atomically."""
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import redis.asyncio as redis
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from quotas.counters import Check, LocalQuotaCounters, Verdict
+
+log = logging.getLogger("sluice.quotas")
+
+_RESERVE = """
+local now, slot, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local values = {}
+for i = 1, n do
+  local b = 3 + (i - 1) * 5
+  local limit, amount = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  local lease, seed = ARGV[b + 4] == '1', tonumber(ARGV[b + 5])
+  local current
+  if lease then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+    current = redis.call('ZCARD', KEYS[i])
+    amount = 1
+  else
+    current = tonumber(redis.call('GET', KEYS[i]) or seed)
+  end
+  if current + amount > limit then return {i, tostring(current)} end
+  values[i] = tostring(current + amount)
+end
+for i = 1, n do
+  local b = 3 + (i - 1) * 5
+  local ttl = tonumber(ARGV[b + 3])
+  if ARGV[b + 4] == '1' then
+    redis.call('ZADD', KEYS[i], now + ttl, slot)
+    redis.call('EXPIRE', KEYS[i], math.ceil(ttl * 2))
+  else
+    if redis.call('EXISTS', KEYS[i]) == 0 then
+      redis.call('SET', KEYS[i], ARGV[b + 5], 'EX', math.ceil(ttl))
+    end
+    redis.call('INCRBYFLOAT', KEYS[i], ARGV[b + 2])
+  end
+end
+return {0, unpack(values)}
+"""
+
+_ADJUST = """
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    if tonumber(redis.call('INCRBYFLOAT', KEYS[i], ARGV[i])) < 0 then
+      redis.call('SET', KEYS[i], 0, 'KEEPTTL')
+    end
+  end
+end
+return 1
+"""
+
+
+class QuotaStoreDown(Exception):
+    """Redis is unreachable and SLUICE_QUOTAS_WHEN_REDIS_DOWN is `closed`."""
+
+
+class RedisQuotaCounters:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._clients: dict[asyncio.AbstractEventLoop, redis.Redis] = {}
+        self._fallback = LocalQuotaCounters()
+
+    def _client(self) -> redis.Redis:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+            self._clients[loop] = client
+            self._reserve = client.register_script(_RESERVE)
+            self._adjust = client.register_script(_ADJUST)
+        return client
+
+    def down(self, exc: Exception) -> None:
+        redis_down(exc)
+
+    async def reserve(self, checks: list[Check], slot: str, *, now: float | None = None) -> Verdict:
+        now = time.time() if now is None else now
+        args: list[Any] = [now, slot, len(checks)]
+        for c in checks:
+            args += [c.limit, c.amount, c.ttl, int(c.lease), c.seed]
+        try:
+            self._client()
+            result = await self._reserve(keys=[c.key for c in checks], args=args)
+        except (RedisError, OSError) as exc:
+            self.down(exc)
+            return await self._fallback.reserve(checks, slot, now=now)
+        failed = int(result[0])
+        values = [float(v) for v in result[1:]]
+        return Verdict(failed - 1 if failed else None, values)
+
+    async def adjust(self, deltas: list[tuple[str, float]]) -> None:
+        if not deltas:
+            return
+        try:
+            self._client()
+            await self._adjust(keys=[k for k, _ in deltas], args=[d for _, d in deltas])
+        except (RedisError, OSError) as exc:
+            self.down(exc)
+            await self._fallback.adjust(deltas)
+
+    async def release(self, keys: list[str], slot: str) -> None:
+        if not keys:
+            return
+        try:
+            async with self._client().pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.zrem(key, slot)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            self.down(exc)
+            await self._fallback.release(keys, slot)
+
+    async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
+        now = time.time()
+        try:
+            async with self._client().pipeline(transaction=False) as pipe:
+                for key, (length, slots) in held.items():
+                    if slots:
+                        pipe.zadd(key, {s: now + length.lease for s in slots}, xx=True)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            self.down(exc)
+            await self._fallback.renew(held)
+
+
+_last_logged = float("-inf")
+
+
+def redis_down(exc: Exception) -> None:
+    """Redis failed a quota operation: go on with this worker's own counters (the default,
+    "open"), or refuse the call ("closed"). Logged loudly, at most every 10 seconds."""
+    global _last_logged
+    fail_open = settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN != "closed"
+    now = time.monotonic()
+    if now - _last_logged > 10:
+        log.error(
+            "Redis unreachable (%s): quotas are %s",
+            exc,
+            "enforced per worker" if fail_open else "refusing calls",
+        )
+        _last_logged = now
+    if not fail_open:
+        raise QuotaStoreDown from exc

@@ -1,0 +1,111 @@
+"""Limits per key, application, member or team, and the hourly usage they are read against."""
+
+from django.db import models
+
+
+class Scope(models.TextChoices):
+    KEY = "key", "API key"
+    APPLICATION = "application", "Application"
+    MEMBER = "member", "Member"
+    TEAM = "team", "Team"
+
+
+class Limit(models.Model):
+    """The limits of one key, application, member or team. Empty means no limit."""
+
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    api_key = models.OneToOneField(
+        "accounts.ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="limit"
+    )
+    application = models.OneToOneField(
+        "accounts.Application",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="limit",
+    )
+    member = models.OneToOneField(
+        "accounts.Member", null=True, blank=True, on_delete=models.CASCADE, related_name="limit"
+    )
+    team = models.OneToOneField(
+        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="limit"
+    )
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True)
+    tokens_per_month = models.PositiveBigIntegerField(null=True, blank=True)
+    cost_per_month = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="limit_has_one_target",
+                condition=(
+                    models.Q(
+                        scope="key", api_key__isnull=False, application=None, member=None, team=None
+                    )
+                    | models.Q(
+                        scope="application",
+                        application__isnull=False,
+                        api_key=None,
+                        member=None,
+                        team=None,
+                    )
+                    | models.Q(
+                        scope="member",
+                        member__isnull=False,
+                        api_key=None,
+                        application=None,
+                        team=None,
+                    )
+                    | models.Q(
+                        scope="team",
+                        team__isnull=False,
+                        api_key=None,
+                        application=None,
+                        member=None,
+                    )
+                ),
+            )
+        ]
+
+    def __str__(self) -> str:
+        target = self.api_key or self.application or self.member or self.team
+        return f"{self.scope} {target}"
+
+
+class UsageRollup(models.Model):
+    """Usage per hour, key and deployment; applications, members and teams add up from it.
+    Written by the audit writer with atomic upserts, so several workers lose no update."""
+
+    hour = models.DateTimeField()
+    key_prefix = models.CharField(max_length=40)
+    deployment = models.CharField(max_length=50)  # "" for calls no deployment served
+    member_id = models.BigIntegerField(null=True)
+    application_id = models.BigIntegerField(null=True)
+    team_id = models.BigIntegerField(null=True)
+    requests = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=18, decimal_places=8, default=0)
+    fallbacks = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    capacity_errors = models.PositiveIntegerField(default=0)
+    rate_limit_errors = models.PositiveIntegerField(default=0)
+    server_errors = models.PositiveIntegerField(default=0)
+    timeouts = models.PositiveIntegerField(default=0)
+    rejected = models.PositiveIntegerField(default=0)  # refused by Sluice's own limits
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "key_prefix", "deployment"], name="rollup_hour_key_deployment"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["member_id", "hour"], name="rollup_member_hour"),
+            models.Index(fields=["application_id", "hour"], name="rollup_app_hour"),
+            models.Index(fields=["team_id", "hour"], name="rollup_team_hour"),
+        ]
