@@ -21,6 +21,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import DateTimeField, DecimalField, GenericIPAddressField, Model
 from django.db.models.constants import OnConflict
 
+from quotas.models import UsageRollup
 from routing.models import Attempt, CallRecord, Outcome
 
 log = logging.getLogger("sluice.audit")
@@ -76,6 +77,7 @@ class CallLog:
     fell_back: bool = False
     attempts: list[AttemptLog] = field(default_factory=list)
     quota: Any = None  # the quota reservation to settle (quotas.admission.Ticket), not stored
+    team_id: int | None = None  # for the usage rollups
 
     @property
     def attempt_count(self) -> int:
@@ -170,10 +172,104 @@ def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) 
         cursor.executemany(sql, values)
 
 
+_ROLLUP_COUNTS = (
+    "requests",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "fallbacks",
+    "errors",
+    "capacity_errors",
+    "rate_limit_errors",
+    "server_errors",
+    "timeouts",
+    "rejected",
+)
+_ATTEMPT_COUNTER = {
+    "capacity": "capacity_errors",
+    "rate_limit": "rate_limit_errors",
+    "server_error": "server_errors",
+    "connection": "server_errors",
+    "malformed": "server_errors",
+    "connect_timeout": "timeouts",
+    "read_timeout": "timeouts",
+}
+_REFUSED = {Outcome.RATE_LIMITED, Outcome.BUDGET_EXCEEDED, Outcome.CONCURRENCY_LIMITED}
+
+
+def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
+    """The batch added up per hour, key and deployment: use on the deployment that served,
+    errors on the deployment that failed."""
+    rows: dict[tuple[datetime, str, str], dict[str, Any]] = {}
+
+    def row(call: CallLog, deployment: str) -> dict[str, Any]:
+        hour = call.created_at.replace(minute=0, second=0, microsecond=0)
+        found = rows.get((hour, call.key_prefix, deployment))
+        if found is None:
+            found = rows[(hour, call.key_prefix, deployment)] = {
+                "hour": hour,
+                "key_prefix": call.key_prefix,
+                "deployment": deployment,
+                "member_id": call.member_id,
+                "application_id": call.application_id,
+                "team_id": call.team_id,
+                **dict.fromkeys(_ROLLUP_COUNTS, 0),
+            }
+            found["cost"] = Decimal(0)
+        return found
+
+    for call in batch:
+        if not call.key_prefix or call.member_id is None:
+            continue  # no known key: nobody's usage
+        served = row(call, call.served_deployment)
+        served["requests"] += 1
+        served["tokens_in"] += call.tokens_in
+        served["tokens_out"] += call.tokens_out
+        served["cost"] += call.cost
+        served["fallbacks"] += call.fell_back
+        served["errors"] += call.outcome != Outcome.SUCCESS
+        served["rejected"] += call.outcome in _REFUSED
+        for attempt in call.attempts:
+            counter = _ATTEMPT_COUNTER.get(attempt.error_class)
+            if counter:
+                row(call, attempt.deployment)[counter] += 1
+    return list(rows.values())
+
+
+def _upsert_rollups(rows: list[dict[str, Any]]) -> None:
+    """Add to the hour's counters in one statement per row: concurrent writers from other
+    workers add up instead of overwriting each other."""
+    if not rows:
+        return
+    ops = connection.ops
+    table = ops.quote_name(UsageRollup._meta.db_table)
+    columns = list(rows[0])
+    added = ", ".join(
+        f"{ops.quote_name(c)} = {table}.{ops.quote_name(c)} + excluded.{ops.quote_name(c)}"
+        for c in _ROLLUP_COUNTS
+    )
+    sql = (
+        f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT (hour, key_prefix, deployment) DO UPDATE SET {added}"
+    )
+    hour_field = UsageRollup._meta.get_field("hour")
+    cost_field = UsageRollup._meta.get_field("cost")
+    values = []
+    for r in rows:
+        adapted = dict(r)
+        adapted["hour"] = hour_field.get_db_prep_save(r["hour"], connection)
+        adapted["cost"] = cost_field.get_db_prep_save(r["cost"], connection)
+        values.append([adapted[c] for c in columns])
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, values)
+
+
 def _insert(batch: list[CallLog]) -> None:
     with transaction.atomic():
         _insert_ignoring_duplicates(CallRecord, [entry.call_row() for entry in batch])
         _insert_ignoring_duplicates(Attempt, [row for e in batch for row in e.attempt_rows()])
+        _upsert_rollups(_rollups(batch))
 
 
 def _write(batch: list[CallLog]) -> None:

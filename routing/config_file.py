@@ -19,8 +19,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import models, transaction
 
-from accounts.models import Application, Fallback, Member, PriorityClass, Team
+from accounts.models import ApiKey, Application, Fallback, Member, PriorityClass, Team
 from accounts.services import member_ensure
+from quotas.models import Limit, Scope
+from quotas.services import LIMIT_FIELDS, limit_target
 from routing.models import Deployment, Route, RouteDeployment, Upstream
 
 
@@ -99,6 +101,16 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "default_priority": ((str,), False, PriorityClass.INTERACTIVE),
         "fallback": ((str,), False, Fallback.ANY),
     },
+    "limits": {
+        "scope": ((str,), True, None),
+        "name": ((str,), True, None),
+        "requests_per_minute": ((int,), False, None),
+        "tokens_per_minute": ((int,), False, None),
+        "max_concurrency": ((int,), False, None),
+        "tokens_per_day": ((int,), False, None),
+        "tokens_per_month": ((int,), False, None),
+        "cost_per_month": (_NUM, False, None),
+    },
     "members": {
         "email": ((str,), True, None),
         "team": ((str,), True, None),
@@ -112,6 +124,7 @@ _KEY_FIELD = {
     "teams": "slug",
     "applications": "slug",
     "members": "email",
+    "limits": "name",
 }
 
 
@@ -119,6 +132,7 @@ _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 _SLUG_KEYED = {"upstreams", "deployments", "teams", "applications"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PRICE_STEP = Decimal("0.000001")  # the database keeps 6 decimals
+_COST_STEP = Decimal("0.0001")
 
 
 def load_config(path: str | Path) -> dict[str, list[dict[str, Any]]]:
@@ -147,6 +161,8 @@ def validate_config(raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         for i, entry in enumerate(entries):
             clean = _check_entry(section, i, entry, fields)
             key = clean[_KEY_FIELD[section]]
+            if section == "limits":
+                key = f"{clean['scope']} {key}"  # one name may have limits in two scopes
             if key in seen:
                 raise ConfigError(f"{section}[{i}] ({key}): defined twice")
             seen.add(key)
@@ -243,6 +259,16 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             ZoneInfo(e["time_zone"])
         except (ZoneInfoNotFoundError, ValueError):
             fail(f"unknown time zone {e['time_zone']!r}")
+    elif section == "limits":
+        if e["scope"] not in Scope.values:
+            fail(f"'scope' must be one of {', '.join(Scope.values)}")
+        for name in LIMIT_FIELDS:
+            value = e[name]
+            if value is not None and not 0 <= value <= 10**15:
+                fail(f"'{name}' must be a number between 0 and 10^15")
+        cost = e["cost_per_month"]
+        if cost is not None and Decimal(str(cost)) != Decimal(str(cost)).quantize(_COST_STEP):
+            fail("'cost_per_month' takes at most 4 decimals")
     elif section == "members":
         if "@" not in e["email"]:
             fail("'email' must be an email address")
@@ -267,6 +293,21 @@ def _check_references(config: dict[str, list[dict[str, Any]]]) -> None:
         ("applications", "team", teams, "team"),
         ("members", "team", teams, "team"),
     ]
+    members = {e["email"] for e in config["members"]} | set(
+        Member.objects.values_list("user__email", flat=True)
+    )
+    apps = {e["slug"] for e in config["applications"]} | set(
+        Application.objects.values_list("slug", flat=True)
+    )
+    limit_targets = {
+        "team": teams,
+        "application": apps,
+        "member": members,
+        "key": set(ApiKey.objects.values_list("prefix", flat=True)),
+    }
+    for i, e in enumerate(config["limits"]):
+        if e["name"] not in limit_targets[e["scope"]]:
+            raise ConfigError(f"limits[{i}] ({e['name']}): unknown {e['scope']} {e['name']!r}")
     for section, field_name, names, kind in checks:
         for i, e in enumerate(config[section]):
             values = e[field_name] if isinstance(e[field_name], list) else [e[field_name]]
@@ -293,6 +334,8 @@ def _sync(
 
 
 def _differs(current: Any, wanted: Any) -> bool:
+    if current is None or wanted is None:
+        return current is not wanted
     if isinstance(current, Decimal):
         return current != Decimal(str(wanted))
     if isinstance(current, models.Model):
@@ -356,4 +399,11 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
             continue
         member_ensure(email=e["email"], team=team, role=e["role"])
         report.add("members", "updated" if existing else "created")
+    for e in config["limits"]:
+        # The file says all of a target's limits: a value it leaves out is no limit.
+        values = {name: e[name] or None for name in LIMIT_FIELDS}
+        if values["cost_per_month"] is not None:
+            values["cost_per_month"] = Decimal(str(values["cost_per_month"]))
+        lookup = {"scope": e["scope"], **limit_target(Scope(e["scope"]), e["name"])}
+        report.add("limits", _sync(Limit, lookup, values)[1])
     return report

@@ -108,6 +108,7 @@ def _identify(call: CallLog, principal: Principal) -> None:
     call.application_id = principal.application_id
     call.application_slug = principal.application_slug
     call.key_prefix = principal.prefix
+    call.team_id = principal.team_id
 
 
 async def _route_for(principal: Principal, model: str) -> RouteSpec:

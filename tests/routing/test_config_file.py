@@ -4,6 +4,7 @@ idempotently; a bad file names the bad entry and changes nothing."""
 import copy
 import io
 import json
+import re
 import tomllib
 from collections.abc import Callable
 from decimal import Decimal
@@ -16,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from accounts.models import ApiKey, Application, Member, Team
+from quotas.models import Limit
 from routing.config_file import ApplyReport, ConfigError, apply_config, load_config, validate_config
 from routing.models import Deployment, Route, RouteDeployment, Upstream
 
@@ -31,6 +33,7 @@ DEMO_COUNTS = {
     "teams": 1,
     "applications": 1,
     "members": 1,
+    "limits": 1,
 }
 Raw = dict[str, Any]
 
@@ -39,6 +42,7 @@ Raw = dict[str, Any]
 def empty_tables() -> None:
     """Start every test from no configuration at all (inside the test transaction), even when
     an earlier session fixture committed the demo for the end-to-end tests."""
+    Limit.objects.all().delete()
     ApiKey.objects.all().delete()
     Member.objects.all().delete()
     Application.objects.all().delete()
@@ -92,6 +96,7 @@ def snapshot() -> dict[str, list[dict[str, Any]]]:
         "application_routes": list(through.objects.order_by("pk").values()),
         "members": list(Member.objects.order_by("pk").values()),
         "users": list(get_user_model().objects.order_by("pk").values()),
+        "limits": list(Limit.objects.order_by("pk").values()),
     }
 
 
@@ -190,7 +195,7 @@ def test_apply_config_command_reports_created_then_nothing(tmp_path: Path) -> No
     out = io.StringIO()
     call_command("apply_config", str(DEMO), stdout=out)
     assert out.getvalue().strip() == (
-        f"{DEMO}: created: 1 applications, 3 deployments, 1 members, 2 routes, 1 teams, "
+        f"{DEMO}: created: 1 applications, 3 deployments, 1 limits, 1 members, 2 routes, 1 teams, "
         "1 upstreams; updated: nothing; unchanged: nothing"
     )
     before = snapshot()
@@ -744,3 +749,31 @@ def test_integer_too_large_for_the_database_is_a_config_error() -> None:
     raw["deployments"][1]["max_concurrency"] = 2**63
     with pytest.raises(ConfigError, match=r"deployments\[1\] \(medium\)"):
         apply_config(validate_config(raw))
+
+
+def test_limits_in_the_file_replace_a_targets_limits() -> None:
+    raw = demo()
+    apply_raw(raw)
+    limit = Limit.objects.get(scope="member")
+    assert (limit.requests_per_minute, limit.max_concurrency) == (600, 16)
+    raw["limits"][0] = {"scope": "member", "name": "demo@example.com", "tokens_per_minute": 9}
+    assert apply_raw(raw).updated["limits"] == 1
+    limit.refresh_from_db()
+    assert (limit.requests_per_minute, limit.tokens_per_minute) == (None, 9)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"scope": "galaxy", "name": "demo"}, "'scope' must be one of"),
+        ({"scope": "team", "name": "nope"}, "limits[0] (nope): unknown team 'nope'"),
+        ({"scope": "key", "name": "sk-sluice-000000000000"}, "unknown key"),
+        ({"scope": "team", "name": "demo", "requests_per_minute": -1}, "between 0 and"),
+        ({"scope": "team", "name": "demo", "cost_per_month": 1.23456}, "at most 4 decimals"),
+    ],
+)
+def test_bad_limit_entries_are_refused(entry: dict, message: str) -> None:
+    raw = demo()
+    raw["limits"] = [entry]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        apply_raw(raw)

@@ -1,0 +1,42 @@
+from django.contrib import admin
+
+from quotas.models import Limit, UsageRollup
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin):
+    list_display = (
+        "__str__",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "max_concurrency",
+        "tokens_per_day",
+        "tokens_per_month",
+        "cost_per_month",
+        "updated_at",
+    )
+    list_filter = ("scope",)
+
+
+@admin.register(UsageRollup)
+class UsageRollupAdmin(admin.ModelAdmin):
+    list_display = (
+        "hour",
+        "key_prefix",
+        "deployment",
+        "requests",
+        "tokens_in",
+        "tokens_out",
+        "cost",
+        "fallbacks",
+        "errors",
+        "rejected",
+    )
+    list_filter = ("deployment",)
+    date_hierarchy = "hour"
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
