@@ -100,6 +100,10 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "routes": ((list,), False, []),
         "default_priority": ((str,), False, PriorityClass.INTERACTIVE),
         "fallback": ((str,), False, Fallback.ANY),
+        "default_max_tokens": ((int,), False, 1024),
+        "max_tokens_ceiling": ((int,), False, None),
+        "clamp_max_tokens": ((bool,), False, True),
+        "max_n": ((int,), False, None),
     },
     "limits": {
         "scope": ((str,), True, None),
@@ -254,6 +258,10 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail(f"'default_priority' must be one of {', '.join(PriorityClass.values)}")
         if section == "applications" and e["fallback"] not in Fallback.values:
             fail(f"'fallback' must be one of {', '.join(Fallback.values)}")
+        if section == "applications":
+            for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
+                if e[name] is not None and not 1 <= e[name] <= 10_000_000:
+                    fail(f"'{name}' must be between 1 and 10000000")
     elif section == "teams":
         try:
             ZoneInfo(e["time_zone"])
@@ -384,6 +392,15 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
                 "team": Team.objects.get(slug=e["team"]),
                 "default_priority": e["default_priority"],
                 "fallback": e["fallback"],
+                **{
+                    k: e[k]
+                    for k in (
+                        "default_max_tokens",
+                        "max_tokens_ceiling",
+                        "clamp_max_tokens",
+                        "max_n",
+                    )
+                },
             },
         )
         wanted_routes = set(Route.objects.filter(name__in=e["routes"]).values_list("pk", flat=True))

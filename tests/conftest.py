@@ -262,6 +262,18 @@ def e2e_config(
     raw["applications"][0]["routes"] += ["slow", "full"]
     for section, entries in _faulty_config(faulty).items():
         raw[section] += entries
+    # Applications with ceilings on max_tokens and n (the quota tests).
+    for slug, clamp in (("capped", True), ("strict", False)):
+        raw["applications"].append(
+            {
+                "slug": slug,
+                "team": "demo",
+                "routes": ["fast", "slow"],
+                "max_tokens_ceiling": 8,
+                "clamp_max_tokens": clamp,
+                "max_n": 2,
+            }
+        )
     raw["applications"][0]["routes"] += [r["name"] for r in raw["routes"] if r["name"][:2] == "r-"]
     return raw
 
@@ -330,6 +342,12 @@ def gateway_two_workers(e2e_database: str) -> Iterator[GatewayHandle]:
     yield from _gateway(e2e_database, workers=2)
 
 
+@pytest.fixture(scope="session")
+def gateway_four_workers(e2e_database: str) -> Iterator[GatewayHandle]:
+    """Four workers: limits must hold across processes (through Redis)."""
+    yield from _gateway(e2e_database, workers=4)
+
+
 @dataclass
 class IssuedKey:
     plaintext: str
@@ -350,10 +368,10 @@ def issue_key(gateway: GatewayHandle, committed_db: None) -> Callable[..., Issue
     from accounts.models import Team
     from accounts.services import key_issue, member_ensure
 
-    def issue(**kwargs: Any) -> IssuedKey:
+    def issue(application: str = "demo", **kwargs: Any) -> IssuedKey:
         email = f"{uuid.uuid4().hex[:10]}@example.com"
         member_ensure(email=email, team=Team.objects.get(slug="demo"))
-        key, plaintext = key_issue(member_email=email, application_slug="demo", **kwargs)
+        key, plaintext = key_issue(member_email=email, application_slug=application, **kwargs)
         return IssuedKey(plaintext, key.prefix, email)
 
     return issue

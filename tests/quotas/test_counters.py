@@ -1,0 +1,379 @@
+"""One suite, both backends: the in-process quota counters and the Redis ones (when
+REDIS_URL is set) must follow the same rules. Plus what Redis going away does."""
+
+import asyncio
+import os
+import time
+import uuid
+
+import pytest
+
+from quotas.counters import Check, LeaseLength, LocalQuotaCounters, Verdict
+
+BACKENDS = ["local", "redis"]
+DOWN_URL = "redis://127.0.0.1:6390/0"  # nothing listens there
+
+
+@pytest.fixture(params=BACKENDS)
+async def counters(request):
+    if request.param == "local":
+        yield LocalQuotaCounters()
+        return
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from quotas.counters_redis import RedisQuotaCounters
+
+    backend = RedisQuotaCounters(url)
+    yield backend
+    await backend._client().aclose()
+
+
+def _is_redis(counters) -> bool:
+    return not isinstance(counters, LocalQuotaCounters)
+
+
+@pytest.fixture
+def key():
+    """A fresh key name per call: Redis keeps its keys between runs."""
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    names = iter(range(1_000))
+    return lambda: f"{prefix}:q:{next(names)}"
+
+
+def window(key: str, limit: float, amount: float, *, ttl: float = 60, seed: float = 0.0) -> Check:
+    return Check(key, limit, amount, ttl, seed=seed)
+
+
+def lease(key: str, limit: float, *, ttl: float = 30) -> Check:
+    return Check(key, limit, 0, ttl, lease=True)
+
+
+def slot() -> str:
+    return uuid.uuid4().hex
+
+
+async def peek(counters, key: str, *, seed: float = 0.0) -> float:
+    """The counter's value (a reservation of nothing; it creates the key at `seed`)."""
+    verdict = await counters.reserve([window(key, 1e18, 0, seed=seed)], slot())
+    assert verdict.failed is None
+    return verdict.values[0]
+
+
+# --- window counters ---------------------------------------------------------------------
+
+
+async def test_window_counter_passes_up_to_the_limit_and_fails_above(counters, key):
+    k = key()
+    assert await counters.reserve([window(k, 10, 4)], slot()) == Verdict(None, [4.0])
+    assert await counters.reserve([window(k, 10, 6)], slot()) == Verdict(None, [10.0])
+    refused = await counters.reserve([window(k, 10, 1)], slot())
+    assert refused.failed == 0
+    assert refused.values[0] == 10.0
+    assert await peek(counters, k) == 10.0
+
+
+async def test_a_request_larger_than_the_limit_never_fits(counters, key):
+    k = key()
+    refused = await counters.reserve([window(k, 10, 11)], slot())
+    assert (refused.failed, refused.values[0]) == (0, 0.0)
+    assert await peek(counters, k) == 0.0
+
+
+async def test_fractional_amounts_add_up(counters, key):
+    k = key()
+    for _ in range(3):
+        assert (await counters.reserve([window(k, 1.0, 0.25)], slot())).failed is None
+    refused = await counters.reserve([window(k, 1.0, 0.5)], slot())
+    assert refused.failed == 0
+    assert refused.values[0] == pytest.approx(0.75)
+
+
+async def test_values_on_success_include_the_reservation_for_every_check(counters, key):
+    a, b, c = key(), key(), key()
+    await counters.reserve([window(a, 100, 2)], slot())
+    await counters.reserve([lease(c, 5)], slot())
+    verdict = await counters.reserve([window(a, 100, 3), window(b, 100, 7), lease(c, 5)], slot())
+    assert verdict.failed is None
+    assert verdict.values == [5.0, 7.0, 2.0]
+
+
+async def test_reservation_is_all_or_nothing(counters, key):
+    a, b = key(), key()
+    await counters.reserve([window(a, 100, 10)], slot())
+    await counters.reserve([window(b, 20, 15)], slot())
+    refused = await counters.reserve([window(a, 100, 10), window(b, 20, 10)], slot())
+    assert refused.failed == 1
+    assert refused.values[0] == 15.0  # the failing counter's current value
+    assert await peek(counters, a) == 10.0
+    assert await peek(counters, b) == 15.0
+
+
+async def test_failed_index_points_at_the_first_failing_check(counters, key):
+    a, b, c = key(), key(), key()
+    await counters.reserve([window(c, 5, 5)], slot())
+    refused = await counters.reserve([window(a, 100, 1), window(b, 1, 2), window(c, 5, 1)], slot())
+    assert (refused.failed, refused.values) == (1, [0.0])
+    refused = await counters.reserve([window(a, 100, 1), window(b, 9, 2), window(c, 5, 1)], slot())
+    assert (refused.failed, refused.values) == (2, [5.0])
+    assert await peek(counters, a) == 0.0
+    assert await peek(counters, b) == 0.0
+
+
+async def test_a_failing_window_check_takes_no_lease(counters, key):
+    slots, tokens = key(), key()
+    refused = await counters.reserve([lease(slots, 1), window(tokens, 1, 5)], slot())
+    assert refused.failed == 1
+    assert (await counters.reserve([lease(slots, 1)], slot())).failed is None
+
+
+async def test_seed_is_the_start_of_a_new_counter_only(counters, key):
+    k = key()
+    assert await counters.reserve([window(k, 50, 5, seed=40)], slot()) == Verdict(None, [45.0])
+    # The counter exists now: another seed is ignored.
+    assert await counters.reserve([window(k, 50, 5, seed=1000)], slot()) == Verdict(None, [50.0])
+    assert await counters.reserve([window(k, 50, 5, seed=0)], slot()) == Verdict(0, [50.0])
+
+
+async def test_seed_counts_against_the_limit(counters, key):
+    k = key()
+    refused = await counters.reserve([window(k, 50, 5, seed=48)], slot())
+    assert (refused.failed, refused.values[0]) == (0, 48.0)
+    # Nothing was created: a later, smaller seed starts the counter.
+    assert await counters.reserve([window(k, 50, 5, seed=10)], slot()) == Verdict(None, [15.0])
+
+
+async def test_window_counter_expires_ttl_after_its_first_reservation(counters, key):
+    k = key()
+    t = time.time()
+    ttl = 1.0 if _is_redis(counters) else 60.0
+    await counters.reserve([window(k, 100, 5, ttl=ttl)], slot(), now=t)
+    if _is_redis(counters):
+        await asyncio.sleep(0.6)
+    later = t + 0.6 * ttl
+    # Adding to a live counter does not push its expiry back.
+    verdict = await counters.reserve([window(k, 100, 5, ttl=ttl)], slot(), now=later)
+    assert verdict.values == [10.0]
+    if _is_redis(counters):
+        await asyncio.sleep(0.55)
+    expired = t + 1.15 * ttl
+    verdict = await counters.reserve([window(k, 100, 1, ttl=ttl, seed=3)], slot(), now=expired)
+    assert verdict == Verdict(None, [4.0])  # started again, from the seed
+
+
+# --- adjust --------------------------------------------------------------------------------
+
+
+async def test_adjust_adds_and_refunds_but_never_below_zero(counters, key):
+    a, b = key(), key()
+    await counters.reserve([window(a, 100, 10), window(b, 100, 10)], slot())
+    await counters.adjust([(a, 5), (b, -4)])
+    assert await peek(counters, a) == 15.0
+    assert await peek(counters, b) == 6.0
+    await counters.adjust([(a, -100), (b, 0.5)])
+    assert await peek(counters, a) == 0.0
+    assert await peek(counters, b) == pytest.approx(6.5)
+    # The refund made room again.
+    assert await counters.reserve([window(a, 100, 100)], slot()) == Verdict(None, [100.0])
+
+
+async def test_adjust_leaves_a_missing_counter_alone(counters, key):
+    k = key()
+    await counters.adjust([(k, 25)])
+    await counters.adjust([(k, -25)])
+    assert await peek(counters, k, seed=7) == 7.0  # still a new counter: starts at the seed
+
+
+async def test_adjust_with_nothing_to_do(counters):
+    await counters.adjust([])
+
+
+# --- leases --------------------------------------------------------------------------------
+
+
+async def test_lease_limit_counts_distinct_slots(counters, key):
+    k = key()
+    slots = [slot() for _ in range(3)]
+    for i, s in enumerate(slots):
+        assert await counters.reserve([lease(k, 3)], s) == Verdict(None, [float(i + 1)])
+    refused = await counters.reserve([lease(k, 3)], slot())
+    assert (refused.failed, refused.values[0]) == (0, 3.0)
+    await counters.release([k], slots[1])
+    assert await counters.reserve([lease(k, 3)], slot()) == Verdict(None, [3.0])
+    assert (await counters.reserve([lease(k, 3)], slot())).failed == 0
+
+
+async def test_lease_amount_is_ignored(counters, key):
+    k = key()
+    check = Check(k, 2, 100, 30, lease=True)
+    assert await counters.reserve([check], slot()) == Verdict(None, [1.0])
+    assert await counters.reserve([check], slot()) == Verdict(None, [2.0])
+
+
+async def test_release_of_unknown_slots_and_keys_is_harmless(counters, key):
+    k = key()
+    await counters.release([], slot())
+    await counters.release([k], slot())
+    held = slot()
+    await counters.reserve([lease(k, 1)], held)
+    await counters.release([k], slot())
+    assert (await counters.reserve([lease(k, 1)], slot())).failed == 0
+    await counters.release([k], held)
+    assert (await counters.reserve([lease(k, 1)], slot())).failed is None
+
+
+async def test_expired_leases_no_longer_count(counters, key):
+    k = key()
+    t = time.time()
+    await counters.reserve([lease(k, 1, ttl=5)], slot(), now=t - 100)
+    assert await counters.reserve([lease(k, 1, ttl=5)], slot(), now=t) == Verdict(None, [1.0])
+    # The lease is exact: still live just before it ends, gone at its end.
+    refused = await counters.reserve([lease(k, 1, ttl=5)], slot(), now=t + 4.9)
+    assert refused.failed == 0
+    assert (await counters.reserve([lease(k, 1, ttl=5)], slot(), now=t + 5)).failed is None
+
+
+async def test_renew_keeps_a_lease_alive(counters, key):
+    renewed, lapsed = key(), key()
+    t = time.time()
+    a, b = slot(), slot()
+    # Both leases end 0.1 s from now; only the first is renewed, for a minute.
+    await counters.reserve([lease(renewed, 1, ttl=1)], a, now=t - 0.9)
+    await counters.reserve([lease(lapsed, 1, ttl=1)], b, now=t - 0.9)
+    await counters.renew({renewed: (LeaseLength(60), [a])})
+    refused = await counters.reserve([lease(renewed, 1)], slot(), now=t + 30)
+    assert (refused.failed, refused.values[0]) == (0, 1.0)
+    assert (await counters.reserve([lease(lapsed, 1)], slot(), now=t + 30)).failed is None
+    assert (await counters.reserve([lease(renewed, 1)], slot(), now=t + 61)).failed is None
+
+
+async def test_renew_does_not_bring_back_a_released_lease(counters, key):
+    k = key()
+    a = slot()
+    await counters.reserve([lease(k, 1)], a)
+    await counters.release([k], a)
+    await counters.renew({k: (LeaseLength(60), [a])})
+    assert (await counters.reserve([lease(k, 1)], slot())).failed is None
+
+
+@pytest.mark.parametrize("ttl", [0.5])
+async def test_a_renewed_lease_outlives_its_first_term(counters, key, request, ttl):
+    if _is_redis(counters):
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="counters_redis: renew() only ZADDs the slot (xx); the key's EXPIRE, set "
+                "to ceil(2 * ttl) at reserve, is never extended, so a lease renewed past twice "
+                "its first term vanishes with its key when no other reserve touches it",
+            )
+        )
+    k = key()
+    held = slot()
+    t = time.time()
+    await counters.reserve([lease(k, 1, ttl=ttl)], held, now=t)
+    await counters.renew({k: (LeaseLength(30), [held])})
+    if _is_redis(counters):
+        await asyncio.sleep(1.1)  # past the key's expiry, ceil(2 * ttl) = 1 s
+    refused = await counters.reserve([lease(k, 1, ttl=ttl)], slot(), now=t + 1.1)
+    assert refused.failed == 0
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["window", "lease"])
+async def test_concurrent_reservations_never_overshoot(counters, key, kind):
+    k = key()
+    check = window(k, 50, 1) if kind == "window" else lease(k, 50)
+    verdicts = await asyncio.gather(*(counters.reserve([check], slot()) for _ in range(200)))
+    admitted = [v for v in verdicts if v.failed is None]
+    assert len(admitted) == 50
+    assert sorted(v.values[0] for v in admitted) == [float(i) for i in range(1, 51)]
+    assert all(v.values == [50.0] for v in verdicts if v.failed is not None)
+
+
+async def test_concurrent_multi_check_reservations_stay_consistent(counters, key):
+    """Two counters, the second tighter: every admitted call added to both, no other."""
+    a, b = key(), key()
+    checks = [window(a, 1000, 2), window(b, 30, 1)]
+    verdicts = await asyncio.gather(*(counters.reserve(checks, slot()) for _ in range(100)))
+    assert sum(v.failed is None for v in verdicts) == 30
+    assert {v.failed for v in verdicts if v.failed is not None} == {1}
+    assert await peek(counters, a) == 60.0
+    assert await peek(counters, b) == 30.0
+
+
+# --- Redis down ----------------------------------------------------------------------------
+
+
+async def test_redis_down_open_falls_back_to_this_process(settings, key):
+    from quotas.counters_redis import RedisQuotaCounters
+
+    settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN = "open"
+    backend = RedisQuotaCounters(DOWN_URL)
+    try:
+        k, slots = key(), key()
+        assert await backend.reserve([window(k, 10, 6)], slot()) == Verdict(None, [6.0])
+        refused = await backend.reserve([window(k, 10, 6)], slot())
+        assert (refused.failed, refused.values[0]) == (0, 6.0)
+        await backend.adjust([(k, -4)])
+        assert await backend.reserve([window(k, 10, 6)], slot()) == Verdict(None, [8.0])
+
+        held = slot()
+        assert (await backend.reserve([lease(slots, 1)], held)).failed is None
+        assert (await backend.reserve([lease(slots, 1)], slot())).failed == 0
+        await backend.renew({slots: (LeaseLength(60), [held])})
+        await backend.release([slots], held)
+        assert (await backend.reserve([lease(slots, 1)], slot())).failed is None
+    finally:
+        await backend._client().aclose()
+
+
+async def test_redis_down_closed_refuses(settings, key):
+    from quotas.counters_redis import QuotaStoreDown, RedisQuotaCounters
+
+    settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN = "closed"
+    backend = RedisQuotaCounters(DOWN_URL)
+    k = key()
+    try:
+        with pytest.raises(QuotaStoreDown):
+            await backend.reserve([window(k, 10, 1)], slot())
+        with pytest.raises(QuotaStoreDown):
+            await backend.adjust([(k, 1)])
+        with pytest.raises(QuotaStoreDown):
+            await backend.release([k], slot())
+        with pytest.raises(QuotaStoreDown):
+            await backend.renew({k: (LeaseLength(60), [slot()])})
+    finally:
+        await backend._client().aclose()
+
+
+# --- one backend, several event loops ------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="counters_redis._client keeps one client per event loop, but self._reserve / "
+    "self._adjust are bound to the client made last: back on an earlier loop, reserve() "
+    "runs on another loop's connection ('attached to a different loop')",
+)
+def test_redis_backend_serves_two_live_event_loops(key):
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from quotas.counters_redis import RedisQuotaCounters
+
+    backend = RedisQuotaCounters(url)
+    k = key()
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [1]
+        assert second.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [2]
+        assert first.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [3]
+    finally:
+        for loop in (first, second):
+            client = backend._clients.get(loop)
+            if client is not None:
+                loop.run_until_complete(client.aclose())
+            loop.close()
