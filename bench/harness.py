@@ -75,21 +75,29 @@ class Stack:
         wait_ready(f"{url}/stats", proc)
         return url
 
+    def manage(self, *args: str) -> str:
+        """Run a management command against the stack's database; its output."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout
+
     def configure(self, config_toml: str, *, member: str, application: str) -> str:
         """Migrate, apply the config, issue a key for the member; the key."""
         path = self.tmp / "bench.toml"
         path.write_text(config_toml)
-        manage = [sys.executable, "manage.py"]
-        run = {"cwd": ROOT, "env": self.env, "check": True}
-        subprocess.run([*manage, "migrate", "-v0"], **run)
-        subprocess.run([*manage, "apply_config", str(path)], stdout=subprocess.DEVNULL, **run)
-        issued = subprocess.run(
-            [*manage, "issue_key", "--member", member, "--application", application],
-            capture_output=True,
-            text=True,
-            **run,
-        )
-        return issued.stdout.strip().splitlines()[-1]
+        self.manage("migrate", "-v0")
+        self.manage("apply_config", str(path))
+        return self.issue_key(member, application)
+
+    def issue_key(self, member: str, application: str) -> str:
+        out = self.manage("issue_key", "--member", member, "--application", application)
+        return out.strip().splitlines()[-1]
 
     def gateway(
         self, *, workers: int = 1, env: dict[str, str] | None = None

@@ -137,6 +137,40 @@ def main() -> None:
             f"{via.percentile(50) - direct.percentile(50):10.2f}"
             f"{via.percentile(99) - direct.percentile(99):10.2f}"
         )
+        print("\nLimits (simulator latency 100 ms): every limit set on the key, none tripping")
+        limited = s.issue_key("bench@example.com", "bench")
+        prefix = limited[: len("sk-sluice-") + 12]
+        s.manage(
+            "set_limit",
+            "key",
+            prefix,
+            "--rpm",
+            "1000000",
+            "--tpm",
+            "1000000000",
+            "--concurrency",
+            "10000",
+            "--daily-tokens",
+            "1000000000000",
+            "--monthly-tokens",
+            "1000000000000",
+            "--monthly-cost",
+            "1000000",
+        )
+        with_limits, _ = measure(
+            gw_port,
+            {**CHAT, "model": "slow"},
+            {"Authorization": f"Bearer {limited}"},
+            concurrency=c,
+            seconds=secs,
+        )
+        print(f"  {'':12}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
+        for label, r in (("no limits", via), ("all limits", with_limits)):
+            print(f"  {label:12}{r.rps():10.1f}{r.percentile(50):10.1f}{r.percentile(99):10.1f}")
+        print(
+            f"  {'added':12}{'':10}{with_limits.percentile(50) - via.percentile(50):10.2f}"
+            f"{with_limits.percentile(99) - via.percentile(99):10.2f}"
+        )
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime - client_cpu.ru_utime + used.ru_stime - client_cpu.ru_stime
         print(f"\n(load generator CPU: {spent:.1f} s)")

@@ -257,14 +257,15 @@ def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> Gateway
     what, code, outcome = _KIND_TEXT[counter.kind]
     limit = counter.check.limit
     wait = max(1, math.ceil(counter.resets_at - now))
-    amount = f"{limit:g}" if counter.kind != "cost" else f"{limit:.2f}"
+    amount = _num(limit) if counter.kind != "cost" else f"{limit:.2f}"
     message = f"{counter.scope.label()}: {amount} {what}"
     if counter.kind == "concurrency":
         message += f"; {int(used)} are in flight. Retry when one finishes."
     else:
         needs = counter.check.amount
         message += (
-            f"; {used:g} used, this request needs up to {needs:g}. Resets in {_duration(wait)}."
+            f"; {_num(used)} used, this request needs up to {_num(needs)}. "
+            f"Resets in {_duration(wait)}."
         )
         if needs > limit:
             message += " It can never fit: ask for fewer max_tokens."
@@ -316,8 +317,8 @@ def _rpm_usage(
 
 def _request_headers(limit: float, remaining: float, reset: float) -> dict[str, str]:
     return {
-        "x-ratelimit-limit-requests": f"{limit:g}",
-        "x-ratelimit-remaining-requests": f"{max(0, remaining):g}",
+        "x-ratelimit-limit-requests": _num(limit),
+        "x-ratelimit-remaining-requests": _num(max(0, remaining)),
         "x-ratelimit-reset-requests": _duration(reset),
     }
 
@@ -329,9 +330,14 @@ def _tightest(
     current = headers.get(f"x-ratelimit-remaining-{kind}")
     if current is not None and float(current) <= remaining:
         return
-    headers[f"x-ratelimit-limit-{kind}"] = f"{limit:g}"
-    headers[f"x-ratelimit-remaining-{kind}"] = f"{max(0.0, remaining):g}"
+    headers[f"x-ratelimit-limit-{kind}"] = _num(limit)
+    headers[f"x-ratelimit-remaining-{kind}"] = _num(max(0.0, remaining))
     headers[f"x-ratelimit-reset-{kind}"] = _duration(reset)
+
+
+def _num(value: float) -> str:
+    """Whole numbers in full (2000000, never 2e+06); fractions (dollars) as they are."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6f}".rstrip("0")
 
 
 def _duration(seconds: float) -> str:

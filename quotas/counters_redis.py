@@ -1,7 +1,7 @@
 """Quota counters in Redis: one Lua script reserves across every scope atomically."""
 
-import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -10,6 +10,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from quotas.counters import Check, LocalQuotaCounters, Verdict
+from routing.redis_client import redis_client
 
 log = logging.getLogger("sluice.quotas")
 
@@ -66,17 +67,17 @@ class QuotaStoreDown(Exception):
 class RedisQuotaCounters:
     def __init__(self, url: str) -> None:
         self.url = url
-        self._clients: dict[asyncio.AbstractEventLoop, redis.Redis] = {}
+        self._scripts: dict[int, tuple[Any, Any]] = {}  # per client (and so per loop)
         self._fallback = LocalQuotaCounters()
 
     def _client(self) -> redis.Redis:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
-            self._clients[loop] = client
-            self._reserve = client.register_script(_RESERVE)
-            self._adjust = client.register_script(_ADJUST)
+        client = redis_client(self.url)
+        if self._scripts.get(id(client)) is None:
+            self._scripts[id(client)] = (
+                client.register_script(_RESERVE),
+                client.register_script(_ADJUST),
+            )
+        self._reserve, self._adjust = self._scripts[id(client)]
         return client
 
     def down(self, exc: Exception) -> None:
@@ -126,6 +127,7 @@ class RedisQuotaCounters:
                 for key, (length, slots) in held.items():
                     if slots:
                         pipe.zadd(key, {s: now + length.lease for s in slots}, xx=True)
+                        pipe.expire(key, math.ceil(length.lease * 2))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             self.down(exc)

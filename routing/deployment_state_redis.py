@@ -7,9 +7,10 @@ routing keeps working (each worker then judges deployments on what it sees itsel
 than failing every call.
 """
 
-import asyncio
 import logging
+import math
 import time
+from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
@@ -24,6 +25,7 @@ from routing.deployment_state import (
     Result,
     Snapshot,
 )
+from routing.redis_client import redis_client
 
 log = logging.getLogger("sluice.state")
 
@@ -121,7 +123,7 @@ class RedisDeploymentState:
     def __init__(self, url: str, prefix: str = "sluice") -> None:
         self.url = url
         self.prefix = prefix
-        self._clients: dict[asyncio.AbstractEventLoop, redis.Redis] = {}
+        self._scripts: dict[int, tuple[Any, Any]] = {}  # per client (and so per loop)
         self._fallback = LocalDeploymentState()
         self._failing_since: float | None = None
 
@@ -131,14 +133,13 @@ class RedisDeploymentState:
         return [f"{base}:state", f"{base}:slots", f"{base}:budget"]
 
     def _client(self) -> redis.Redis:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            # Short timeouts: a slow Redis must not hold calls up, it falls back instead.
-            client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
-            self._clients[loop] = client
-            self._acquire = client.register_script(_ACQUIRE)
-            self._release = client.register_script(_RELEASE)
+        client = redis_client(self.url)
+        if self._scripts.get(id(client)) is None:
+            self._scripts[id(client)] = (
+                client.register_script(_ACQUIRE),
+                client.register_script(_RELEASE),
+            )
+        self._acquire, self._release = self._scripts[id(client)]
         return client
 
     def _down(self, exc: Exception) -> None:
@@ -212,9 +213,9 @@ class RedisDeploymentState:
             async with self._client().pipeline(transaction=False) as pipe:
                 for name, (limits, slots) in held.items():
                     if slots:
-                        pipe.zadd(
-                            self._keys(name)[1], {s: now + limits.lease for s in slots}, xx=True
-                        )
+                        slots_key = self._keys(name)[1]
+                        pipe.zadd(slots_key, {s: now + limits.lease for s in slots}, xx=True)
+                        pipe.expire(slots_key, math.ceil(limits.lease * 4))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             self._down(exc)

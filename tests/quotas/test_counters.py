@@ -256,20 +256,11 @@ async def test_renew_does_not_bring_back_a_released_lease(counters, key):
     assert (await counters.reserve([lease(k, 1)], slot())).failed is None
 
 
-@pytest.mark.parametrize("ttl", [0.5])
-async def test_a_renewed_lease_outlives_its_first_term(counters, key, request, ttl):
-    if _is_redis(counters):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="counters_redis: renew() only ZADDs the slot (xx); the key's EXPIRE, set "
-                "to ceil(2 * ttl) at reserve, is never extended, so a lease renewed past twice "
-                "its first term vanishes with its key when no other reserve touches it",
-            )
-        )
+async def test_a_renewed_lease_outlives_its_first_term(counters, key, request):
     k = key()
     held = slot()
     t = time.time()
+    ttl = 0.5
     await counters.reserve([lease(k, 1, ttl=ttl)], held, now=t)
     await counters.renew({k: (LeaseLength(30), [held])})
     if _is_redis(counters):
@@ -282,7 +273,7 @@ async def test_a_renewed_lease_outlives_its_first_term(counters, key, request, t
 
 
 @pytest.mark.parametrize("kind", ["window", "lease"])
-async def test_concurrent_reservations_never_overshoot(counters, key, kind):
+async def test_concurrent_reservations_never_overshoot(counters, key, kind, request):
     k = key()
     check = window(k, 50, 1) if kind == "window" else lease(k, 50)
     verdicts = await asyncio.gather(*(counters.reserve([check], slot()) for _ in range(200)))
@@ -351,13 +342,6 @@ async def test_redis_down_closed_refuses(settings, key):
 # --- one backend, several event loops ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="counters_redis._client keeps one client per event loop, but self._reserve / "
-    "self._adjust are bound to the client made last: back on an earlier loop, reserve() "
-    "runs on another loop's connection ('attached to a different loop')",
-)
 def test_redis_backend_serves_two_live_event_loops(key):
     url = os.environ.get("REDIS_URL")
     if not url:
@@ -372,8 +356,10 @@ def test_redis_backend_serves_two_live_event_loops(key):
         assert second.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [2]
         assert first.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [3]
     finally:
+        from routing.redis_client import _clients
+
         for loop in (first, second):
-            client = backend._clients.get(loop)
+            client = _clients.pop((url, loop), None)
             if client is not None:
                 loop.run_until_complete(client.aclose())
             loop.close()
