@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(BIN)/python manage.py run_demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
