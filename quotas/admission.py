@@ -163,10 +163,9 @@ async def settle(ticket: Ticket, *, tokens: int, cost: float) -> None:
     """Charge what was used instead of what was reserved, and free the call's slots."""
     deltas = [(key, tokens - ticket.tokens) for key in ticket.token_keys]
     deltas += [(key, cost - ticket.cost) for key in ticket.cost_keys]
-    await ticket.counters.adjust(deltas)
     for key in ticket.lease_keys:
         _keeper(ticket.counters).drop(key, ticket.slot)
-    await ticket.counters.release(ticket.lease_keys, ticket.slot)
+    await ticket.counters.settle(deltas, ticket.lease_keys, ticket.slot)
 
 
 def settle_later(ticket: Ticket, *, tokens: int, cost: float) -> None:

@@ -49,6 +49,10 @@ class QuotaCounters(Protocol):
 
     async def release(self, keys: list[str], slot: str) -> None: ...
 
+    async def settle(
+        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
+    ) -> None: ...
+
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None: ...
 
 
@@ -109,6 +113,12 @@ class LocalQuotaCounters:
     async def release(self, keys: list[str], slot: str) -> None:
         for key in keys:
             self._leases.get(key, {}).pop(slot, None)
+
+    async def settle(
+        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
+    ) -> None:
+        await self.adjust(deltas)
+        await self.release(lease_keys, slot)
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
         now = time.time()

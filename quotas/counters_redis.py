@@ -60,6 +60,22 @@ return 1
 """
 
 
+_SETTLE = """
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    if tonumber(redis.call('INCRBYFLOAT', KEYS[i], ARGV[i + 2])) < 0 then
+      redis.call('SET', KEYS[i], 0, 'KEEPTTL')
+    end
+  end
+end
+for i = n + 1, #KEYS do
+  redis.call('ZREM', KEYS[i], ARGV[2])
+end
+return 1
+"""
+
+
 class QuotaStoreDown(Exception):
     """Redis is unreachable and SLUICE_QUOTAS_WHEN_REDIS_DOWN is `closed`."""
 
@@ -76,8 +92,9 @@ class RedisQuotaCounters:
             self._scripts[id(client)] = (
                 client.register_script(_RESERVE),
                 client.register_script(_ADJUST),
+                client.register_script(_SETTLE),
             )
-        self._reserve, self._adjust = self._scripts[id(client)]
+        self._reserve, self._adjust, self._settle = self._scripts[id(client)]
         return client
 
     def down(self, exc: Exception) -> None:
@@ -107,6 +124,22 @@ class RedisQuotaCounters:
         except (RedisError, OSError) as exc:
             self.down(exc)
             await self._fallback.adjust(deltas)
+
+    async def settle(
+        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
+    ) -> None:
+        """`adjust` and `release` in one round trip: how every call ends."""
+        if not deltas and not lease_keys:
+            return
+        try:
+            self._client()
+            await self._settle(
+                keys=[k for k, _ in deltas] + lease_keys,
+                args=[len(deltas), slot, *(d for _, d in deltas)],
+            )
+        except (RedisError, OSError) as exc:
+            self.down(exc)
+            await self._fallback.settle(deltas, lease_keys, slot)
 
     async def release(self, keys: list[str], slot: str) -> None:
         if not keys:

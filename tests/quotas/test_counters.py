@@ -363,3 +363,14 @@ def test_redis_backend_serves_two_live_event_loops(key):
             if client is not None:
                 loop.run_until_complete(client.aclose())
             loop.close()
+
+
+async def test_settle_adjusts_and_releases_in_one_step(counters, key):
+    tokens, leases = key(), key()
+    held = slot()
+    verdict = await counters.reserve([window(tokens, 100, 80), lease(leases, 1)], held)
+    assert verdict.failed is None
+    await counters.settle([(tokens, -60.0)], [leases], held)
+    after = await counters.reserve([window(tokens, 100, 80), lease(leases, 1)], slot())
+    assert after.failed is None
+    assert after.values == [100.0, 1.0]  # 20 left after the refund, and the slot was free
