@@ -1,20 +1,12 @@
 from django.contrib import admin
 
 from quotas.models import Limit, UsageRollup
+from quotas.services import LIMIT_FIELDS
 
 
 @admin.register(Limit)
 class LimitAdmin(admin.ModelAdmin):
-    list_display = (
-        "__str__",
-        "requests_per_minute",
-        "tokens_per_minute",
-        "max_concurrency",
-        "tokens_per_day",
-        "tokens_per_month",
-        "cost_per_month",
-        "updated_at",
-    )
+    list_display = ("__str__", *LIMIT_FIELDS, "updated_at")
     list_filter = ("scope",)
 
 

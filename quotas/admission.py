@@ -200,36 +200,22 @@ def _counters(
             add("concurrency", s.max_concurrency, 1, CONCURRENCY_LEASE.lease, now + 1, lease=True)
         if s.tokens_per_minute:
             add("tpm", s.tokens_per_minute, tokens, 120, (minute + 1) * 60, key=f"{base}:{minute}")
-        if s.tokens_per_day:
-            add(
-                "day",
-                s.tokens_per_day,
-                tokens,
-                2 * 86_400,
-                next_day.timestamp(),
-                seed=s.tokens_today,
-                key=f"{base}:{_stamp(day)}",
-            )
-        if s.tokens_per_month:
-            add(
-                "month",
-                s.tokens_per_month,
-                tokens,
-                33 * 86_400,
-                next_month.timestamp(),
-                seed=s.tokens_this_month,
-                key=f"{base}:{_stamp(month)}",
-            )
-        if s.cost_per_month:
-            add(
-                "cost",
-                s.cost_per_month,
-                cost,
-                33 * 86_400,
-                next_month.timestamp(),
-                seed=s.cost_this_month,
-                key=f"{base}:{_stamp(month)}",
-            )
+        periods = (
+            ("day", s.tokens_per_day, tokens, 2, next_day, s.tokens_today, day),
+            ("month", s.tokens_per_month, tokens, 33, next_month, s.tokens_this_month, month),
+            ("cost", s.cost_per_month, cost, 33, next_month, s.cost_this_month, month),
+        )
+        for kind, limit, amount, days, resets, seed, start in periods:
+            if limit:
+                add(
+                    kind,
+                    limit,
+                    amount,
+                    days * 86_400,
+                    resets.timestamp(),
+                    seed=seed,
+                    key=f"{base}:{_stamp(start)}",
+                )
     return planned
 
 

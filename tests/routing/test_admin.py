@@ -19,6 +19,8 @@ PAGES = [
     "/admin/routing/deployment/",
     "/admin/routing/route/",
     "/admin/routing/callrecord/",
+    "/admin/quotas/limit/",
+    "/admin/quotas/usagerollup/",
 ]
 
 
