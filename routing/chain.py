@@ -268,6 +268,8 @@ class ChainWalk:
 
     def _skip(self, deployment: DeploymentSpec, number: int, why: str) -> None:
         self.skips[why] += 1
+        if any(a.deployment == deployment.name and a.skipped == why for a in self.call.attempts):
+            return  # a call waiting for a slot passes by many times: one row says it
         self.call.attempts.append(
             AttemptLog(
                 number=number,
