@@ -89,10 +89,25 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 SLUICE_REDIS_PREFIX = os.environ.get("SLUICE_REDIS_PREFIX", "sluice")
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+        },
+        "ratelimit": {
+            "BACKEND": "quotas.ratelimit_cache.RateLimitRedisCache",
+            "LOCATION": REDIS_URL,
+        },
     }
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # One process: django-ratelimit's counts are per worker (README, Quotas).
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "ratelimit": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "ratelimit",
+        },
+    }
+RATELIMIT_USE_CACHE = "ratelimit"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

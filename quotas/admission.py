@@ -6,6 +6,7 @@ are reserved on quotas.counters: the estimate of the prompt plus `max_tokens` (o
 application's default) times `n`, settled against the usage the upstream reports.
 """
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass, field
@@ -131,16 +132,31 @@ async def _admit(
     ticket = Ticket(counters=counters, slot=request_id)
     now = time.time()
     rpm = [s for s in limits if s.requests_per_minute]
-    if rpm:
-        await _count_request(rpm, http_request, ticket)
+    # The request count (django-ratelimit, in a thread) and the reservation run side by
+    # side; a request refused per minute gives its reservation straight back.
+    counting = asyncio.ensure_future(_count_request(rpm, http_request, ticket)) if rpm else None
 
     tokens = estimated_tokens(principal, request, len(http_request.body))
     prices = [d.output_price_per_million for d in route.chain] or [0]
     cost = tokens * float(max(prices)) / 1_000_000  # at most this much
     planned = _counters(limits, principal.team_time_zone, tokens, cost, now)
-    if not planned:
+    try:
+        checks = [p.check for p in planned]
+        verdict = await counters.reserve(checks, request_id, now=now) if planned else None
+    except BaseException:
+        if counting is not None:
+            counting.cancel()
+        raise
+    if counting is not None:
+        try:
+            await counting
+        except GatewayError:
+            if verdict is not None and verdict.failed is None:
+                refund = [(c.key, -c.amount) for c in checks if not c.lease]
+                spawn(counters.settle(refund, [c.key for c in checks if c.lease], request_id))
+            raise
+    if verdict is None:
         return ticket
-    verdict = await counters.reserve([p.check for p in planned], request_id, now=now)
     if verdict.failed is not None:
         raise _refusal(planned[verdict.failed], verdict.values[0], tokens, now)
     ticket.tokens, ticket.cost = tokens, cost
