@@ -1,12 +1,11 @@
 """Key authentication for the proxy, without a database query per request for a hot key.
 
 Each worker keeps what it learned about a key for `SLUICE_KEY_CACHE_SECONDS` (2 s by
-default), so a revoked key stops working on every worker within that time; expiry is
-checked against the cached expiry time on every request, so it is exact.
+default) and then reloads it in the background, so a revoked key stops working on every
+worker within that time (plus the reload's milliseconds); expiry is checked against the
+cached expiry time on every request, so it is exact.
 """
 
-import asyncio
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -17,9 +16,9 @@ from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
 from routing.db import db_read
 from routing.errors import GatewayError, unauthorized
+from routing.refresh import RefreshingCache
 
 _LAST_USED_EVERY = timedelta(minutes=1)
-_MAX_ENTRIES = 50_000
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,9 @@ class Principal:
     max_n: int | None
 
 
-_cache: dict[str, tuple[float, Principal | None]] = {}
-_loading: dict[str, asyncio.Future[Principal | None]] = {}
+_principals: RefreshingCache[Principal | None] = RefreshingCache(
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS
+)
 
 
 def _load(prefix: str) -> Principal | None:
@@ -84,29 +84,7 @@ def _load(prefix: str) -> Principal | None:
 
 
 async def _principal_for(prefix: str) -> Principal | None:
-    now = time.monotonic()
-    hit = _cache.get(prefix)
-    if hit is not None and now - hit[0] < settings.SLUICE_KEY_CACHE_SECONDS:
-        return hit[1]
-    pending = _loading.get(prefix)
-    if pending is None:
-        # One query per key and worker however many requests arrive at once.
-        pending = asyncio.get_running_loop().create_future()
-        _loading[prefix] = pending
-        try:
-            principal = await db_read(_load, prefix)
-        except BaseException as exc:
-            pending.set_exception(exc)
-            pending.exception()  # mark retrieved; waiters re-raise it themselves
-            raise
-        finally:
-            _loading.pop(prefix, None)
-        if len(_cache) >= _MAX_ENTRIES:
-            _cache.clear()
-        _cache[prefix] = (time.monotonic(), principal)
-        pending.set_result(principal)
-        return principal
-    return await pending
+    return await _principals.get(prefix, lambda: db_read(_load, prefix))
 
 
 def presented_key(headers: dict[str, str]) -> str | None:
@@ -134,7 +112,7 @@ async def authenticate(plaintext: str | None) -> Principal:
 
 def forget_cached_keys() -> None:
     """For tests and for a worker told to drop what it knows."""
-    _cache.clear()
+    _principals.clear()
 
 
 __all__ = ["GatewayError", "Principal", "authenticate", "forget_cached_keys", "presented_key"]

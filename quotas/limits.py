@@ -1,7 +1,6 @@
 """The limits that apply to a call: its key's, application's, member's and team's, read
 from the database and cached briefly, so a change reaches every worker within seconds."""
 
-import asyncio
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,8 +13,7 @@ from django.db.models import Q, Sum
 from accounts.authentication import Principal
 from quotas.models import Limit, Scope, UsageRollup
 from routing.db import db_read
-
-_MAX_ENTRIES = 50_000
+from routing.refresh import RefreshingCache
 
 
 @dataclass(frozen=True)
@@ -116,34 +114,10 @@ def _recorded_usage(
     }
 
 
-_cache: dict[int, tuple[float, tuple[ScopeLimits, ...]]] = {}
-
-
-_loading: dict[int, asyncio.Task[tuple[ScopeLimits, ...]]] = {}
+_limits: RefreshingCache[tuple[ScopeLimits, ...]] = RefreshingCache(
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS
+)
 
 
 async def limits_for(principal: Principal) -> tuple[ScopeLimits, ...]:
-    """One reload per key and worker at a time; while it runs, the others go on with what
-    was known (at most one more cache period old)."""
-    now = time.monotonic()
-    hit = _cache.get(principal.key_id)
-    if hit is not None and now - hit[0] < settings.SLUICE_KEY_CACHE_SECONDS:
-        return hit[1]
-    task = _loading.get(principal.key_id)
-    if task is None or task.get_loop() is not asyncio.get_running_loop():
-        task = asyncio.ensure_future(_reload(principal))
-        _loading[principal.key_id] = task
-    if hit is not None and not task.done():
-        return hit[1]
-    return await asyncio.shield(task)
-
-
-async def _reload(principal: Principal) -> tuple[ScopeLimits, ...]:
-    try:
-        limits = await db_read(_load, principal)
-    finally:
-        _loading.pop(principal.key_id, None)
-    if len(_cache) >= _MAX_ENTRIES:
-        _cache.clear()
-    _cache[principal.key_id] = (time.monotonic(), limits)
-    return limits
+    return await _limits.get(principal.key_id, lambda: db_read(_load, principal))

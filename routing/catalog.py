@@ -1,9 +1,7 @@
 """The routes as the proxy sees them: an immutable snapshot, reloaded every few seconds so
 edits (config file, admin, console) take effect on every worker without a restart."""
 
-import asyncio
 import os
-import time
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -12,6 +10,7 @@ from django.conf import settings
 from routing.db import db_read
 from routing.deployment_state import Limits
 from routing.models import Route
+from routing.refresh import RefreshingCache
 
 
 @dataclass(frozen=True)
@@ -108,24 +107,15 @@ def _load() -> dict[str, RouteSpec]:
 
 class Catalog:
     def __init__(self) -> None:
-        self._routes: dict[str, RouteSpec] = {}
-        self._loaded_at = float("-inf")
-        self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._cache: RefreshingCache[dict[str, RouteSpec]] = RefreshingCache(
+            lambda: settings.SLUICE_CATALOG_CACHE_SECONDS
+        )
 
     async def routes(self) -> dict[str, RouteSpec]:
-        if time.monotonic() - self._loaded_at < settings.SLUICE_CATALOG_CACHE_SECONDS:
-            return self._routes
-        loop = asyncio.get_running_loop()
-        if self._lock is None or self._lock[0] is not loop:
-            self._lock = (loop, asyncio.Lock())
-        async with self._lock[1]:
-            if time.monotonic() - self._loaded_at >= settings.SLUICE_CATALOG_CACHE_SECONDS:
-                self._routes = await db_read(_load)
-                self._loaded_at = time.monotonic()
-        return self._routes
+        return await self._cache.get("routes", lambda: db_read(_load))
 
     def invalidate(self) -> None:
-        self._loaded_at = float("-inf")
+        self._cache.clear()
 
 
 catalog = Catalog()
