@@ -15,7 +15,7 @@ from django.utils import timezone
 from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
 from routing.db import db_read
-from routing.errors import GatewayError, unauthorized
+from routing.errors import unauthorized
 from routing.refresh import RefreshingCache
 
 _LAST_USED_EVERY = timedelta(minutes=1)
@@ -113,6 +113,3 @@ async def authenticate(plaintext: str | None) -> Principal:
 def forget_cached_keys() -> None:
     """For tests and for a worker told to drop what it knows."""
     _principals.clear()
-
-
-__all__ = ["GatewayError", "Principal", "authenticate", "forget_cached_keys", "presented_key"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
 from redis.exceptions import RedisError
@@ -240,8 +241,6 @@ def _stamp(moment: datetime) -> str:
 
 
 def _prefix() -> str:
-    from django.conf import settings
-
     return settings.SLUICE_REDIS_PREFIX
 
 

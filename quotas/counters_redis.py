@@ -48,18 +48,6 @@ end
 return {0, unpack(values)}
 """
 
-_ADJUST = """
-for i = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    if tonumber(redis.call('INCRBYFLOAT', KEYS[i], ARGV[i])) < 0 then
-      redis.call('SET', KEYS[i], 0, 'KEEPTTL')
-    end
-  end
-end
-return 1
-"""
-
-
 _SETTLE = """
 local n = tonumber(ARGV[1])
 for i = 1, n do
@@ -91,10 +79,9 @@ class RedisQuotaCounters:
         if self._scripts.get(id(client)) is None:
             self._scripts[id(client)] = (
                 client.register_script(_RESERVE),
-                client.register_script(_ADJUST),
                 client.register_script(_SETTLE),
             )
-        self._reserve, self._adjust, self._settle = self._scripts[id(client)]
+        self._reserve, self._settle = self._scripts[id(client)]
         return client
 
     def down(self, exc: Exception) -> None:
@@ -116,14 +103,7 @@ class RedisQuotaCounters:
         return Verdict(failed - 1 if failed else None, values)
 
     async def adjust(self, deltas: list[tuple[str, float]]) -> None:
-        if not deltas:
-            return
-        try:
-            self._client()
-            await self._adjust(keys=[k for k, _ in deltas], args=[d for _, d in deltas])
-        except (RedisError, OSError) as exc:
-            self.down(exc)
-            await self._fallback.adjust(deltas)
+        await self.settle(deltas, [], "")
 
     async def settle(
         self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str

@@ -143,23 +143,11 @@ class CallLog:
 _ADAPTED_FIELDS = (DateTimeField, DecimalField, GenericIPAddressField)
 
 
-def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) -> None:
-    """One executemany; the ORM's bulk_create costs several times more CPU per row, and
-    these rows are written for every call. A retried batch that had in fact committed
-    is harmless: duplicates are ignored."""
-    if not rows:
-        return
+def _db_values(model: type[Model], rows: list[dict[str, Any]]) -> tuple[list[Any], list[list]]:
+    """The model fields named by the rows' keys, and the rows as the driver wants them.
+    Only dates, decimals and addresses need the backend's adaptation; strings, numbers and
+    None go as they are (most of the CPU of a write was this loop)."""
     fields = [model._meta.get_field(name) for name in rows[0]]
-    ops = connection.ops
-    sql = "{} {} ({}) VALUES ({}) {}".format(
-        ops.insert_statement(on_conflict=OnConflict.IGNORE),
-        ops.quote_name(model._meta.db_table),
-        ", ".join(ops.quote_name(f.column) for f in fields),
-        ", ".join(["%s"] * len(fields)),
-        ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None),
-    )
-    # Only dates, decimals and addresses need the backend's adaptation; strings, numbers
-    # and None go to the driver as they are (most of the CPU of a write was this loop).
     adapt = [f if isinstance(f, _ADAPTED_FIELDS) else None for f in fields]
     values = [
         [
@@ -168,6 +156,24 @@ def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) 
         ]
         for row in rows
     ]
+    return fields, values
+
+
+def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) -> None:
+    """One executemany; the ORM's bulk_create costs several times more CPU per row, and
+    these rows are written for every call. A retried batch that had in fact committed
+    is harmless: duplicates are ignored."""
+    if not rows:
+        return
+    fields, values = _db_values(model, rows)
+    ops = connection.ops
+    sql = "{} {} ({}) VALUES ({}) {}".format(
+        ops.insert_statement(on_conflict=OnConflict.IGNORE),
+        ops.quote_name(model._meta.db_table),
+        ", ".join(ops.quote_name(f.column) for f in fields),
+        ", ".join(["%s"] * len(fields)),
+        ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None),
+    )
     with connection.cursor() as cursor:
         cursor.executemany(sql, values)
 
@@ -253,14 +259,7 @@ def _upsert_rollups(rows: list[dict[str, Any]]) -> None:
         f"VALUES ({', '.join(['%s'] * len(columns))}) "
         f"ON CONFLICT (hour, key_prefix, deployment) DO UPDATE SET {added}"
     )
-    hour_field = UsageRollup._meta.get_field("hour")
-    cost_field = UsageRollup._meta.get_field("cost")
-    values = []
-    for r in rows:
-        adapted = dict(r)
-        adapted["hour"] = hour_field.get_db_prep_save(r["hour"], connection)
-        adapted["cost"] = cost_field.get_db_prep_save(r["cost"], connection)
-        values.append([adapted[c] for c in columns])
+    _, values = _db_values(UsageRollup, rows)
     with connection.cursor() as cursor:
         cursor.executemany(sql, values)
 

@@ -52,6 +52,11 @@ def classify_status(status: int, body: bytes) -> ErrorClass | None:
     return ErrorClass.SERVER_ERROR
 
 
+def mentions_capacity(text: str) -> bool:
+    """An error message saying the model is full (e.g. an error event inside a stream)."""
+    return _CAPACITY.search(text.replace("_", " ").encode()) is not None
+
+
 # What each class allows the proxy to do next.
 MOVE_ON = frozenset(
     {

@@ -12,6 +12,7 @@ import aiohttp
 from routing.audit import AttemptLog, CallLog
 from routing.background import spawn
 from routing.catalog import DeploymentSpec
+from routing.classify import mentions_capacity
 from routing.completion import complete
 from routing.deployment_state import Result
 from routing.errors import error_body
@@ -108,9 +109,8 @@ class StreamRelay:
         if outcome == Outcome.CLIENT_CANCELLED:
             return Result.NEUTRAL
         error = self.tap.error or {}
-        text = f"{error.get('message', '')} {error.get('code', '')}".lower()
-        at_capacity = "capacity" in text or "overloaded" in text
-        return Result.CAPACITY if at_capacity else Result.FAILURE
+        text = f"{error.get('message', '')} {error.get('code', '')}"
+        return Result.CAPACITY if mentions_capacity(text) else Result.FAILURE
 
 
 def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
