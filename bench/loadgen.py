@@ -22,6 +22,13 @@ class LoadResult:
     def ok(self) -> int:
         return len(self.latencies)
 
+    def merge(self, other: "LoadResult") -> None:
+        self.latencies += other.latencies
+        for status, count in other.statuses.items():
+            self.statuses[status] = self.statuses.get(status, 0) + count
+        self.errors += other.errors
+        self.elapsed += other.elapsed
+
     def rps(self) -> float:
         return self.ok / self.elapsed if self.elapsed else 0.0
 

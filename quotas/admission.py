@@ -9,10 +9,10 @@ application's default) times `n`, settled against the usage the upstream reports
 import asyncio
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
@@ -30,6 +30,9 @@ from routing.models import Outcome
 from routing.payloads import ClientRequest, Endpoint
 
 CONCURRENCY_LEASE = LeaseLength(120.0)
+# django-ratelimit is synchronous: its counting runs on these threads, off the event loop
+# (a pool of its own, so it never queues behind other blocking work).
+_rpm_threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sluice-rpm")
 _lease_keeper: LeaseKeeper | None = None
 
 
@@ -276,7 +279,9 @@ def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> Gateway
 
 async def _count_request(rpm: list[ScopeLimits], http_request: HttpRequest, ticket: Ticket) -> None:
     try:
-        usages = await sync_to_async(_rpm_usage, thread_sensitive=False)(rpm, http_request)
+        usages = await asyncio.get_running_loop().run_in_executor(
+            _rpm_threads, _rpm_usage, rpm, http_request
+        )
     except (RedisError, OSError) as exc:
         redis_down(exc)  # raises when quotas fail closed
         return  # open: requests per minute go unchecked, the other counters fall back

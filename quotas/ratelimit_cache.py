@@ -2,13 +2,15 @@
 
 Django's RedisCache builds a new redis-py client for every operation and spends two round
 trips on `incr` (EXISTS, then INCRBY). django-ratelimit calls `add` then `incr` for every
-limited request, so this subclass keeps one client per connection pool and makes `incr`
-one atomic script. Behaviour is Django's: `incr` on a missing key raises ValueError.
+limited request, so this subclass keeps one client per connection pool, shared by every
+cache object of the process, and makes `incr` one atomic script. Behaviour is Django's:
+`incr` on a missing key raises ValueError.
 """
 
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+from django.utils.functional import cached_property
 
 _INCR_IF_EXISTS = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
@@ -40,7 +42,17 @@ class _Client(RedisCacheClient):
         return value
 
 
+_shared: dict[str, _Client] = {}
+
+
 class RateLimitRedisCache(RedisCache):
-    def __init__(self, server: str, params: dict[str, Any]) -> None:
-        super().__init__(server, params)
-        self._class = _Client
+    """Django keeps a cache object per context, and every request runs in a new one: built
+    per request, each would open its own connection pool. All share one client here."""
+
+    @cached_property
+    def _cache(self) -> _Client:
+        identity = repr((self._servers, sorted(self._options.items())))
+        client = _shared.get(identity)
+        if client is None:
+            client = _shared.setdefault(identity, _Client(self._servers, **self._options))
+        return client
