@@ -18,15 +18,28 @@ The rules (DESIGN.md, seeds 000/001/004):
   by a worker that died come free on their own.
 - retry budget: retries may be at most `ratio` times the first attempts over the last minute (plus
   a small floor so a quiet deployment can still retry at all).
+- queue: a request that finds no slot may wait for one; who gets a slot that frees up is
+  routing/slot_policy.py's rule (interactive first, a reserve kept from batch, members
+  served fairly). A grant takes the slot on the waiter's behalf before it wakes.
 """
 
 import asyncio
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
+
+from routing.slot_policy import (
+    BATCH,
+    DEFAULT_HOLD,
+    INTERACTIVE,
+    Waiter,
+    batch_cap,
+    queue_retry_after,
+)
 
 log = logging.getLogger("sluice.state")
 
@@ -56,6 +69,7 @@ class Limits:
     retry_ratio: float = 0.1
     retry_floor: int = 3
     lease: float = 30.0
+    reserve: float = 0.2  # share of the slots batch may not take: kept for interactive
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,16 @@ class Admission:
     admitted: bool
     refusal: Refusal | None = None
     retry_in: float = 0.0  # for a breaker refusal: seconds until it half-opens
+    queued: bool = False  # no slot yet: waiting in the deployment's queue
+    position: int = 0  # requests of its class already waiting when it joined
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A waiter leaving the queue without a grant (timed out, or its client left)."""
+
+    granted: bool  # a slot came just as it gave up: it holds it, and must use or release it
+    retry_in: int = 0  # seconds until a slot would probably have come
 
 
 @dataclass
@@ -73,6 +97,10 @@ class Snapshot:
     failures: int
     open_for: float  # seconds until half-open, 0 unless open
     reason: str
+    batch_in_flight: int = 0
+    waiting_interactive: int = 0
+    waiting_batch: int = 0
+    oldest_wait: float = 0.0  # seconds the longest-waiting request has waited
 
 
 BUDGET_BUCKET = 10.0  # seconds
@@ -81,12 +109,42 @@ BUDGET_BUCKETS = 6  # one minute
 
 class DeploymentState(Protocol):
     async def acquire(
-        self, name: str, limits: Limits, slot: str, *, retry: bool, now: float | None = None
-    ) -> Admission: ...
+        self,
+        name: str,
+        limits: Limits,
+        slot: str,
+        *,
+        retry: bool,
+        priority: str = INTERACTIVE,
+        member: str = "",
+        estimate: float = 0.0,
+        wait_until: float | None = None,
+        now: float | None = None,
+    ) -> Admission:
+        """A slot now, or (with `wait_until`) a place in the queue until then."""
+
+    async def wait(self, name: str, slot: str, within: float) -> bool:
+        """Whether a queued request was granted its slot within `within` seconds."""
+
+    async def leave(
+        self, name: str, limits: Limits, slot: str, *, now: float | None = None
+    ) -> Departure: ...
+
+    async def sweep(
+        self, name: str, limits: Limits, slots: Sequence[str] = (), *, now: float | None = None
+    ) -> list[str]: ...
 
     async def release(
-        self, name: str, limits: Limits, slot: str, result: Result, *, now: float | None = None
-    ) -> None: ...
+        self,
+        name: str,
+        limits: Limits,
+        slot: str,
+        result: Result,
+        *,
+        service: float | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Free the slot; `service` is the call's weighted tokens, for fair sharing."""
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None: ...
 
@@ -95,6 +153,14 @@ class DeploymentState(Protocol):
     ) -> Snapshot: ...
 
     async def reset(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Held:
+    priority: str
+    member: str
+    estimate: float
+    since: float
 
 
 @dataclass
@@ -108,6 +174,11 @@ class _Deployment:
     reason: str = ""
     slots: dict[str, float] = field(default_factory=dict)  # slot -> lease expiry
     budget: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [firsts, retries]
+    held: dict[str, _Held] = field(default_factory=dict)  # slot -> who holds it
+    waiting: dict[str, Waiter] = field(default_factory=dict)  # in arrival order
+    service: dict[str, float] = field(default_factory=dict)  # member -> virtual counter
+    last_served: float = 0.0  # the counter of the member granted last
+    hold: float = DEFAULT_HOLD  # seconds a call holds a slot (moving average)
 
 
 class LocalDeploymentState:
@@ -116,6 +187,7 @@ class LocalDeploymentState:
 
     def __init__(self) -> None:
         self._deployments: dict[str, _Deployment] = {}
+        self._grants: dict[str, asyncio.Future[None]] = {}  # queued slot -> woken when granted
 
     def _get(self, name: str, limits: Limits) -> _Deployment:
         d = self._deployments.get(name)
@@ -126,7 +198,17 @@ class LocalDeploymentState:
         return d
 
     async def acquire(
-        self, name: str, limits: Limits, slot: str, *, retry: bool, now: float | None = None
+        self,
+        name: str,
+        limits: Limits,
+        slot: str,
+        *,
+        retry: bool,
+        priority: str = INTERACTIVE,
+        member: str = "",
+        estimate: float = 0.0,
+        wait_until: float | None = None,
+        now: float | None = None,
     ) -> Admission:
         now = time.time() if now is None else now
         d = self._get(name, limits)
@@ -134,37 +216,61 @@ class LocalDeploymentState:
             if now < d.open_until:
                 return Admission(False, Refusal.BREAKER, d.open_until - now)
             d.mode, d.half_successes = "half_open", 0
-        allowed = math.floor(d.limit or 1)
-        if d.mode == "half_open":
-            allowed = min(allowed, 1 + d.half_successes)
-        if len(d.slots) >= allowed:
-            # Expired leases only matter when the deployment looks full.
-            d.slots = {s: exp for s, exp in d.slots.items() if exp > now}
-            if len(d.slots) >= allowed:
-                refusal = Refusal.BREAKER if d.mode == "half_open" else Refusal.CONCURRENCY
-                return Admission(False, refusal)
-        bucket = int(now // BUDGET_BUCKET)
-        counts = d.budget.get(bucket)
-        if counts is None:
-            d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
-            counts = d.budget[bucket] = [0, 0]
-        if retry:
-            firsts = sum(c[0] for c in d.budget.values())
-            retries = sum(c[1] for c in d.budget.values())
-            if retries >= max(limits.retry_floor, limits.retry_ratio * firsts):
-                return Admission(False, Refusal.BUDGET)
-            counts[1] += 1
-        else:
-            counts[0] += 1
-        d.slots[slot] = now + limits.lease
-        return Admission(True)
+        if retry and not self._budget_allows_retry(d, limits, now):
+            return Admission(False, Refusal.BUDGET)
+        position = sum(1 for w in d.waiting.values() if w.priority == priority)
+        self._join(d, Waiter(slot, priority, member, now, wait_until or now, estimate, retry))
+        self._dispatch(d, limits, now)
+        if slot in d.slots:
+            return Admission(True)
+        if wait_until is not None and wait_until > now:
+            self._grants[slot] = asyncio.get_running_loop().create_future()
+            return Admission(False, Refusal.CONCURRENCY, queued=True, position=position)
+        del d.waiting[slot]
+        refusal = Refusal.BREAKER if d.mode == "half_open" else Refusal.CONCURRENCY
+        return Admission(False, refusal)
+
+    async def wait(self, name: str, slot: str, within: float) -> bool:
+        granted = self._grants.get(slot)
+        if granted is None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), within)
+        except TimeoutError:
+            return False
+        return True
+
+    async def leave(
+        self, name: str, limits: Limits, slot: str, *, now: float | None = None
+    ) -> Departure:
+        now = time.time() if now is None else now
+        self._grants.pop(slot, None)
+        d = self._get(name, limits)
+        waiter = d.waiting.pop(slot, None)
+        if waiter is None and slot in d.slots:
+            return Departure(granted=True)
+        priority = waiter.priority if waiter else BATCH
+        ahead = sum(1 for w in d.waiting.values() if w.priority == priority)
+        return Departure(False, queue_retry_after(ahead, self._allowed(d), d.hold))
 
     async def release(
-        self, name: str, limits: Limits, slot: str, result: Result, *, now: float | None = None
+        self,
+        name: str,
+        limits: Limits,
+        slot: str,
+        result: Result,
+        *,
+        service: float | None = None,
+        now: float | None = None,
     ) -> None:
         now = time.time() if now is None else now
         d = self._get(name, limits)
         d.slots.pop(slot, None)
+        held = d.held.pop(slot, None)
+        if held is not None:
+            d.hold = 0.8 * d.hold + 0.2 * max(0.0, now - held.since)
+            if service is not None:
+                d.service[held.member] = d.service.get(held.member, 0.0) + service - held.estimate
         if result is Result.SUCCESS:
             d.failures = 0
             if d.mode == "half_open":
@@ -188,6 +294,7 @@ class LocalDeploymentState:
                 d.mode, d.open_until = "open", now + limits.cooldown
                 d.failures = d.half_successes = 0
                 d.reason = result.value
+        self._dispatch(d, limits, now)
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None:
         now = time.time()
@@ -197,15 +304,111 @@ class LocalDeploymentState:
                 if slot in d.slots:
                     d.slots[slot] = now + limits.lease
 
+    async def sweep(
+        self, name: str, limits: Limits, slots: Sequence[str] = (), *, now: float | None = None
+    ) -> list[str]:
+        """Hand out slots whose leases ran out (a worker died holding them); which of
+        `slots` are granted."""
+        d = self._get(name, limits)
+        self._dispatch(d, limits, time.time() if now is None else now)
+        return [s for s in slots if s in d.slots]
+
     async def snapshot(self, name: str, limits: Limits, *, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now
         d = self._get(name, limits)
-        live = sum(1 for exp in d.slots.values() if exp > now)
+        live = [s for s, exp in d.slots.items() if exp > now]
         open_for = max(0.0, d.open_until - now) if d.mode == "open" else 0.0
-        return Snapshot(d.mode, d.limit or 0, live, d.failures, open_for, d.reason)
+        waiting = [w for w in d.waiting.values() if w.until > now]
+        return Snapshot(
+            d.mode,
+            d.limit or 0,
+            len(live),
+            d.failures,
+            open_for,
+            d.reason,
+            batch_in_flight=sum(1 for s in live if self._is_batch(d, s)),
+            waiting_interactive=sum(1 for w in waiting if w.priority == INTERACTIVE),
+            waiting_batch=sum(1 for w in waiting if w.priority == BATCH),
+            oldest_wait=max((now - w.since for w in waiting), default=0.0),
+        )
 
     async def reset(self, name: str) -> None:
         self._deployments.pop(name, None)
+
+    # --- the queue ---------------------------------------------------------------------
+
+    @staticmethod
+    def _allowed(d: _Deployment) -> int:
+        if d.mode == "open":
+            return 0
+        allowed = math.floor(d.limit or 1)
+        return min(allowed, 1 + d.half_successes) if d.mode == "half_open" else allowed
+
+    @staticmethod
+    def _is_batch(d: _Deployment, slot: str) -> bool:
+        held = d.held.get(slot)
+        return held is not None and held.priority == BATCH
+
+    @staticmethod
+    def _join(d: _Deployment, waiter: Waiter) -> None:
+        """Queue a waiter; a member who was not waiting starts level with those who are."""
+        if not any(w.member == waiter.member for w in d.waiting.values()):
+            counters = [d.service.get(w.member, 0.0) for w in d.waiting.values()]
+            level = min(counters) if counters else d.last_served
+            d.service[waiter.member] = max(d.service.get(waiter.member, 0.0), level)
+        d.waiting[waiter.slot] = waiter
+
+    def _dispatch(self, d: _Deployment, limits: Limits, now: float) -> None:
+        """Grant free slots to waiters, in slot_policy's order, while any is eligible."""
+        if d.mode == "open" and now >= d.open_until:
+            d.mode, d.half_successes = "half_open", 0
+        d.slots = {s: exp for s, exp in d.slots.items() if exp > now}
+        d.held = {s: h for s, h in d.held.items() if s in d.slots}
+        d.waiting = {s: w for s, w in d.waiting.items() if w.until >= now}
+        allowed = self._allowed(d)
+        while len(d.slots) < allowed:
+            waiter = self._next(d, limits, allowed)
+            if waiter is None:
+                break
+            del d.waiting[waiter.slot]
+            d.slots[waiter.slot] = now + limits.lease
+            d.held[waiter.slot] = _Held(waiter.priority, waiter.member, waiter.estimate, now)
+            d.last_served = d.service.get(waiter.member, 0.0)
+            d.service[waiter.member] = d.last_served + waiter.estimate
+            self._count_attempt(d, now, retry=waiter.retry)
+            granted = self._grants.pop(waiter.slot, None)
+            if granted is not None and not granted.done():
+                granted.set_result(None)
+
+    def _next(self, d: _Deployment, limits: Limits, allowed: int) -> Waiter | None:
+        for priority in (INTERACTIVE, BATCH):
+            candidates = [w for w in d.waiting.values() if w.priority == priority]
+            if not candidates:
+                continue
+            if priority == BATCH:
+                batch = sum(1 for s in d.slots if self._is_batch(d, s))
+                if batch >= batch_cap(allowed, limits.reserve):
+                    return None
+            oldest: dict[str, Waiter] = {}
+            for w in candidates:  # arrival order: the first seen is the member's oldest
+                oldest.setdefault(w.member, w)
+            return min(oldest.values(), key=lambda w: (d.service.get(w.member, 0.0), w.since))
+        return None
+
+    @staticmethod
+    def _budget_allows_retry(d: _Deployment, limits: Limits, now: float) -> bool:
+        recent = [c for b, c in d.budget.items() if b > int(now // BUDGET_BUCKET) - BUDGET_BUCKETS]
+        firsts, retries = sum(c[0] for c in recent), sum(c[1] for c in recent)
+        return retries < max(limits.retry_floor, limits.retry_ratio * firsts)
+
+    @staticmethod
+    def _count_attempt(d: _Deployment, now: float, *, retry: bool) -> None:
+        bucket = int(now // BUDGET_BUCKET)
+        counts = d.budget.get(bucket)
+        if counts is None:
+            d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
+            counts = d.budget[bucket] = [0, 0]
+        counts[1 if retry else 0] += 1
 
 
 class Leased(Protocol):

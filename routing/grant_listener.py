@@ -1,0 +1,101 @@
+"""Waking this worker's queued requests when Redis grants them a slot.
+
+A grant (made by whichever worker freed the slot) is published on one channel; each worker
+subscribes once and resolves the future of its own waiter. Waiters never poll: one sweep a
+second per deployment with waiters here re-runs the dispatch (slots of a dead worker whose
+leases ran out) and catches a grant whose message was lost.
+"""
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from redis.exceptions import RedisError
+
+log = logging.getLogger("sluice.state")
+
+SWEEP_SECONDS = 1.0
+
+
+class GrantListener:
+    def __init__(self, state: Any) -> None:
+        self.state = state  # RedisDeploymentState
+        self._futures: dict[str, asyncio.Future[None]] = {}
+        self._waiting: dict[str, tuple[str, Any]] = {}  # slot -> deployment name, limits
+        self._subscribed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def expect(self, name: str, limits: Any, slot: str) -> None:
+        """Register a waiter before it joins the queue."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._listen(), name="sluice-grant-listener"),
+                asyncio.create_task(self._sweep(), name="sluice-grant-sweeper"),
+            ]
+        self._futures[slot] = asyncio.get_running_loop().create_future()
+        self._waiting[slot] = (name, limits)
+        if not self._subscribed.is_set():
+            with contextlib.suppress(TimeoutError):  # the sweep covers a late subscription
+                await asyncio.wait_for(self._subscribed.wait(), 2.0)
+
+    async def wait(self, slot: str, within: float) -> bool:
+        granted = self._futures.get(slot)
+        if granted is None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), within)
+        except TimeoutError:
+            return False
+        return True
+
+    def forget(self, slot: str) -> None:
+        self._futures.pop(slot, None)
+        self._waiting.pop(slot, None)
+
+    def _wake(self, slots: list[str]) -> None:
+        for slot in slots:
+            granted = self._futures.get(slot)
+            if granted is not None and not granted.done():
+                granted.set_result(None)
+
+    async def _listen(self) -> None:
+        while True:
+            pubsub = self.state._client().pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.state.channel)
+                self._subscribed.set()
+                async for message in pubsub.listen():
+                    if message["type"] == "message":
+                        self._wake(message["data"].decode().split())
+            except (RedisError, OSError) as exc:
+                self._subscribed.clear()
+                log.warning("grant channel lost (%s); resubscribing", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            by_deployment: dict[str, tuple[Any, list[str]]] = {}
+            for slot, (name, limits) in list(self._waiting.items()):
+                by_deployment.setdefault(name, (limits, []))[1].append(slot)
+            for name, (limits, slots) in by_deployment.items():
+                try:
+                    self._wake(await self.state.sweep(name, limits, slots))
+                except (RedisError, OSError) as exc:
+                    log.warning("queue sweep for %s failed: %s", name, exc)
+
+
+_listeners: dict[tuple[int, asyncio.AbstractEventLoop], GrantListener] = {}
+
+
+def grant_listener(state: Any) -> GrantListener:
+    """The listener of this state backend on the running loop."""
+    key = (id(state), asyncio.get_running_loop())
+    listener = _listeners.get(key)
+    if listener is None:
+        listener = _listeners[key] = GrantListener(state)
+    return listener

@@ -1,0 +1,65 @@
+"""Who gets a deployment's next free slot (DESIGN.md, priority admission).
+
+    1. interactive before batch: batch is admitted only while no interactive request waits
+       for the deployment, and only while batch holds fewer than `batch_cap` slots (the
+       rest is a reserve kept for interactive traffic);
+    2. within a class, the member who has received the least weighted service goes first
+       (a Virtual Token Counter, as in "Fairness in Serving Large Language Models", OSDI
+       2024: tokens in + 2 x tokens out), ties to whoever has waited longest;
+    3. within a member, first come, first served;
+    4. work conserving: while a slot is free and an eligible request waits, it is granted.
+
+A member who starts waiting is lifted to the least counter among those already waiting (or
+to the last one served), so a long idle spell banks no credit to spend in a burst later.
+Both backends (routing.deployment_state and its Redis twin, in Lua) follow these rules.
+"""
+
+import math
+from dataclasses import dataclass
+
+from accounts.models import PriorityClass
+from routing.payloads import ClientRequest, Endpoint
+
+INTERACTIVE, BATCH = PriorityClass.INTERACTIVE.value, PriorityClass.BATCH.value
+OUTPUT_WEIGHT = 2.0  # an output token costs the upstream about twice an input token
+GUESSED_OUTPUT = 256  # charged at grant when the request sets no max_tokens; settled later
+DEFAULT_HOLD = 1.0  # seconds a call holds a slot, until the deployment has measured it
+
+
+@dataclass
+class Waiter:
+    slot: str
+    priority: str  # interactive | batch
+    member: str
+    since: float  # epoch seconds it started waiting here
+    until: float  # epoch seconds it gives up
+    estimate: float  # weighted service charged when granted
+    retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
+
+
+def batch_cap(allowed: int, reserve: float) -> int:
+    """Slots batch may hold: all but `reserve` (a share, rounded up) of them, and always at
+    least one, so a deployment of capacity 1 still serves batch when nobody else asks."""
+    kept = min(allowed - 1, math.ceil(allowed * reserve - 1e-9)) if allowed > 0 else 0
+    return max(0, allowed - max(0, kept))
+
+
+def service(tokens_in: int, tokens_out: int) -> float:
+    return tokens_in + OUTPUT_WEIGHT * tokens_out
+
+
+def estimated_service(request: ClientRequest, raw_size: int) -> float:
+    """What a request will probably cost, charged when it is granted a slot (the actual
+    usage replaces it when the call ends)."""
+    prompt = raw_size // 4 + 1
+    if request.endpoint is Endpoint.EMBEDDINGS:
+        return float(prompt)
+    body = request.body
+    out = body.get("max_completion_tokens") or body.get("max_tokens") or GUESSED_OUTPUT
+    return service(prompt, min(out, GUESSED_OUTPUT) * (body.get("n") or 1))
+
+
+def queue_retry_after(ahead: int, allowed: int, hold: float) -> int:
+    """Seconds until a request behind `ahead` others would probably get a slot: the queue
+    drains `allowed` calls every `hold` seconds."""
+    return max(1, math.ceil((ahead + 1) / max(1, allowed) * max(hold, 0.05)))
