@@ -136,6 +136,12 @@ SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 
 SLUICE_QUOTAS_WHEN_REDIS_DOWN = os.environ.get("SLUICE_QUOTAS_WHEN_REDIS_DOWN", "open")
 # Retry-After sent with a 503 when every deployment in the chain is at capacity.
 SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 5))
+# How long a call may wait in a deployment's queue for a slot, per priority class (seconds;
+# X-Sluice-Max-Wait and the route's timeout shorten it). Off: no queue, no classes, no
+# fair share; a full deployment is answered at once (first come, first served).
+SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
+SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
+SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
 
 LOGGING = {
     "version": 1,

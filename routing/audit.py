@@ -61,6 +61,8 @@ class CallLog:
     application_slug: str = ""
     key_prefix: str = ""
     priority: str = ""
+    queue_ms: float | None = None  # waited for a slot (None: never queued)
+    queue_position: int | None = None
     requested_model: str = ""
     served_deployment: str = ""
     upstream_model: str = ""
@@ -103,6 +105,8 @@ class CallLog:
             "application_slug": self.application_slug,
             "key_prefix": self.key_prefix,
             "priority": self.priority,
+            "queue_ms": None if self.queue_ms is None else round(self.queue_ms, 3),
+            "queue_position": self.queue_position,
             "endpoint": self.endpoint,
             "requested_model": self.requested_model[:200],
             "served_deployment": self.served_deployment,

@@ -90,6 +90,7 @@ def _load() -> dict[str, RouteSpec]:
                         threshold=d.breaker_threshold,
                         cooldown=d.breaker_cooldown,
                         retry_ratio=d.retry_budget,
+                        reserve=d.interactive_reserve,
                     ),
                     drained_until=d.drained_until.timestamp() if d.drained_until else None,
                 )

@@ -15,7 +15,9 @@ class of the answer:
 
 When the chain is exhausted by capacity, rate limits or server errors, wait (backoff, or the
 upstream's Retry-After) and walk it again, as long as attempts and the deadline allow. When
-no slot is free anywhere, wait briefly for one. Nothing outlives the call's deadline.
+no slot is free anywhere, queue for one at each full deployment in turn, up to the class's
+wait limit there (routing/slot_policy.py decides who is served first). Nothing outlives
+the call's deadline.
 """
 
 import asyncio
@@ -36,13 +38,21 @@ from routing.background import spawn
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
 from routing.db import db_read
-from routing.deployment_state import LeaseKeeper, Refusal, Result, deployment_state
+from routing.deployment_state import (
+    Admission,
+    DeploymentState,
+    LeaseKeeper,
+    Refusal,
+    Result,
+    deployment_state,
+)
 from routing.errors import GatewayError, capacity_exhausted, json_object, openai_error
 from routing.models import Outcome
 from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
-from routing.relay import OpenStream
+from routing.relay import OpenStream, count_tokens
 from routing.services import deployment_mark_misconfigured
+from routing.slot_policy import Claim, service
 from routing.upstream import UpstreamError, open_response, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
@@ -93,6 +103,22 @@ def _result_for(error_class: ErrorClass | None) -> Result:
     return Result.FAILURE
 
 
+def usage_service(payload: dict | None) -> float | None:
+    """The weighted tokens an answer's `usage` reports (None when it reports none)."""
+    usage = (payload or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return service(count_tokens(tokens_in), count_tokens(tokens_out))
+
+
+async def _abandon(state: DeploymentState, deployment: DeploymentSpec, slot: str) -> None:
+    """A queued call whose client left: out of the queue, or its slot back if it had one."""
+    departure = await state.leave(deployment.name, deployment.limits, slot)
+    if departure.granted:
+        await state.release(deployment.name, deployment.limits, slot, Result.NEUTRAL, service=0)
+
+
 def lease_keeper() -> LeaseKeeper:
     global _lease_keeper
     if _lease_keeper is None:
@@ -107,10 +133,12 @@ class ChainWalk:
     request: ClientRequest
     fallback: Fallback
     deadline: float  # time.monotonic()
+    claim: Claim
     rng: random.Random = field(default_factory=random.Random)
     failures: list[ErrorClass] = field(default_factory=list)
     retry_hints: list[float] = field(default_factory=list)
     breaker_waits: list[float] = field(default_factory=list)
+    queue_waits: list[float] = field(default_factory=list)  # estimates for a Retry-After
     skips: Counter[str] = field(default_factory=Counter)
     tried: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
     context_refusal: Answer | None = None
@@ -121,19 +149,24 @@ class ChainWalk:
         reason = ""
         for pass_number in itertools.count():
             pass_failures: list[Failure] = []
-            waiting_for_slot = False
-            for deployment in chain:
-                if self._too_small(deployment):
+            full: list[DeploymentSpec] = []
+            # First wherever a slot is free now; then, if every one was full, in the queue
+            # of each full deployment in turn.
+            for deployment, queue in itertools.chain(
+                ((d, False) for d in chain), ((d, True) for d in full)
+            ):
+                if self._too_small(deployment) or (queue and not self.claim.wait):
                     continue
                 while True:
                     if self._spent():
                         return self._give_up()
-                    outcome = await self._attempt(deployment, delay, reason)
+                    outcome = await self._attempt(deployment, delay, reason, queue=queue)
                     delay, reason = None, ""
                     if isinstance(outcome, Answer | OpenStream):
                         return outcome
                     if isinstance(outcome, Refusal):
-                        waiting_for_slot |= outcome is Refusal.CONCURRENCY
+                        if outcome is Refusal.CONCURRENCY and not queue:
+                            full.append(deployment)
                         break
                     if outcome is None:  # drained
                         break
@@ -143,7 +176,7 @@ class ChainWalk:
                         break
                     delay, reason = same
                     await asyncio.sleep(delay)
-            wait = self._next_pass_wait(pass_number, pass_failures, waiting_for_slot)
+            wait = self._next_pass_wait(pass_number, pass_failures)
             if wait is None:
                 return self._give_up()
             delay, reason = wait
@@ -153,30 +186,41 @@ class ChainWalk:
     # --- one attempt -------------------------------------------------------------------
 
     async def _attempt(
-        self, deployment: DeploymentSpec, delay: float | None, reason: str
+        self, deployment: DeploymentSpec, delay: float | None, reason: str, *, queue: bool
     ) -> Answer | OpenStream | Failure | Refusal | None:
         """Answer, open stream or failure of one try; the refusal that skipped the
-        deployment; or None when it is drained."""
+        deployment (also after queueing in vain); or None when it is drained."""
         number = len(self.call.attempts) + 1
         if deployment.drained(time.time()):
             self._skip(deployment, number, "drain")
             return None
         slot = f"{self.call.request_id}:{number}"
-        retry = deployment.name in self.tried
         state = deployment_state()
-        admission = await state.acquire(deployment.name, deployment.limits, slot, retry=retry)
-        if not admission.admitted:
-            assert admission.refusal is not None
-            self._skip(deployment, number, admission.refusal.value)
-            if admission.refusal is Refusal.BREAKER and admission.retry_in:
+        admission = await state.acquire(
+            deployment.name,
+            deployment.limits,
+            slot,
+            retry=deployment.name in self.tried,
+            priority=self.claim.priority,
+            member=self.claim.member,
+            estimate=self.claim.estimate,
+            wait_until=time.time() + min(self.claim.wait, self._remaining()) if queue else None,
+        )
+        admitted, refusal = admission.admitted, admission.refusal
+        if admission.queued:
+            admitted = await self._queue(state, deployment, slot, admission)
+        if not admitted:
+            refusal = refusal or Refusal.CONCURRENCY
+            self._skip(deployment, number, refusal.value)
+            if refusal is Refusal.BREAKER and admission.retry_in:
                 self.breaker_waits.append(admission.retry_in)
-            return admission.refusal
+            return refusal
         keeper = lease_keeper()
         keeper.hold(deployment.name, deployment.limits, slot)
 
-        async def release(result: Result) -> None:
+        async def release(result: Result, service: float | None) -> None:
             keeper.drop(deployment.name, slot)
-            await state.release(deployment.name, deployment.limits, slot, result)
+            await state.release(deployment.name, deployment.limits, slot, result, service=service)
 
         attempt = AttemptLog(
             number=number,
@@ -186,19 +230,42 @@ class ChainWalk:
             retry_reason=reason,
         )
         self.call.attempts.append(attempt)
+        self.call.retries += deployment.name in self.tried
         self.tried[deployment.name] += 1
-        self.call.retries += retry
         try:
             outcome = await self._send(deployment, attempt)
         except asyncio.CancelledError:
-            spawn(release(Result.NEUTRAL))  # the client left; not the deployment's fault
+            spawn(release(Result.NEUTRAL, 0.0))  # the client left; not the deployment's fault
             raise
         if isinstance(outcome, OpenStream):
             outcome.release = release  # held until the stream ends
+        elif isinstance(outcome, Failure):
+            await release(_result_for(outcome.error_class), 0.0)
         else:
-            error_class = outcome.error_class if isinstance(outcome, Failure) else None
-            await release(_result_for(error_class))
+            await release(Result.SUCCESS, usage_service(outcome.payload))
         return outcome
+
+    async def _queue(
+        self, state: DeploymentState, deployment: DeploymentSpec, slot: str, admission: Admission
+    ) -> bool:
+        """Wait in the deployment's queue; whether the slot came. A client that leaves
+        takes its place in the queue with it, at once."""
+        started = time.monotonic()
+        if self.call.queue_position is None:
+            self.call.queue_position = admission.position
+        name, limits = deployment.name, deployment.limits
+        try:
+            if await state.wait(name, slot, min(self.claim.wait, self._remaining())):
+                return True
+            departure = await state.leave(name, limits, slot)
+            if not departure.granted:
+                self.queue_waits.append(departure.retry_in)
+            return departure.granted
+        except asyncio.CancelledError:
+            spawn(_abandon(state, deployment, slot))
+            raise
+        finally:
+            self.call.queue_ms = (self.call.queue_ms or 0.0) + (time.monotonic() - started) * 1000
 
     async def _send(
         self, deployment: DeploymentSpec, attempt: AttemptLog
@@ -313,21 +380,16 @@ class ChainWalk:
         return None
 
     def _next_pass_wait(
-        self, pass_number: int, failures: list[Failure], waiting_for_slot: bool
+        self, pass_number: int, failures: list[Failure]
     ) -> tuple[float, str] | None:
+        """Walk the chain again after a pass that failed for reasons time may cure; not
+        after one refused by breakers, drains, budgets or full queues."""
         if self.call.attempt_count >= self.route.policy.max_attempts:
             return None
-        if any(f.error_class in _WORTH_ANOTHER_PASS for f in failures):
-            hints = [f.retry_after for f in failures if f.retry_after is not None]
-            wait = retry_wait(
-                pass_number, min(hints) if hints else None, self.route.policy, self.rng
-            )
-        elif waiting_for_slot:
-            # Every deployment is at its concurrency limit: a slot frees up as soon as a
-            # call ends, so look again soon (the priority work replaces this with a queue).
-            wait = (self.rng.uniform(0.02, min(1.0, 0.05 * 2 ** min(pass_number, 5))), "wait")
-        else:
-            return None  # skipped by breakers, drains or budgets: waiting will not help
+        if not any(f.error_class in _WORTH_ANOTHER_PASS for f in failures):
+            return None
+        hints = [f.retry_after for f in failures if f.retry_after is not None]
+        wait = retry_wait(pass_number, min(hints) if hints else None, self.route.policy, self.rng)
         return wait if self._fits(wait[0]) else None
 
     def _give_up(self) -> Answer:
@@ -336,7 +398,7 @@ class ChainWalk:
         raise self._exhausted()
 
     def _exhausted(self) -> GatewayError:
-        waits = self.retry_hints + self.breaker_waits
+        waits = self.retry_hints + self.breaker_waits + self.queue_waits
         capacity = any(f in CAPACITY_LIKE for f in self.failures) or any(
             self.skips[r.value] for r in Refusal
         )

@@ -42,6 +42,10 @@ class Deployment(models.Model):
     retry_budget = models.FloatField(
         default=0.1, help_text="Retries allowed as a share of first attempts (last minute)."
     )
+    interactive_reserve = models.FloatField(
+        default=0.2,
+        help_text="Share of the slots batch calls may not take: kept for interactive ones.",
+    )
     drained_until = models.DateTimeField(
         null=True, blank=True, help_text="Taken out of service (drill) until then."
     )
@@ -126,6 +130,12 @@ class CallRecord(models.Model):
     application_slug = models.CharField(max_length=50, blank=True)
     key_prefix = models.CharField(max_length=40, blank=True, db_index=True)
     priority = models.CharField(max_length=16, blank=True)
+    queue_ms = models.FloatField(
+        null=True, blank=True, help_text="Time spent waiting for a deployment's slot."
+    )
+    queue_position = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Calls of its class already waiting when it queued."
+    )
     endpoint = models.CharField(max_length=32)
     requested_model = models.CharField(max_length=200, blank=True)
     served_deployment = models.CharField(max_length=50, blank=True)

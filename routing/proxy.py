@@ -1,8 +1,9 @@
 """The request path, top to bottom.
 
 key → member, application, priority → request body → route → fallback policy and deadline
-→ the chain walk (routing/chain.py: for each deployment, admission → upstream call →
-classify → answer, retry or next) → tokens and cost → audit record → response.
+→ limits → the chain walk (routing/chain.py: for each deployment, a slot now or a place in
+its queue → upstream call → classify → answer, retry or next) → tokens and cost → audit
+record → response.
 Each step lives in its own module; this one only puts them in order.
 """
 
@@ -24,6 +25,7 @@ from routing.models import Outcome
 from routing.payloads import Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
 from routing.relay import OpenStream, StreamRelay, settle_usage
+from routing.slot_policy import claim_for
 
 log = logging.getLogger("sluice.proxy")
 
@@ -51,7 +53,13 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         deadline = deadline_for(route.policy, request.headers.get("x-sluice-max-wait"))
         enforce_ceilings(principal, client_request)
         call.quota = await admit(principal, client_request, route, request, call.request_id)
-        walk = ChainWalk(call, route, client_request, fallback=fallback, deadline=deadline)
+        claim = claim_for(
+            priority=call.priority,
+            member=str(principal.member_id),
+            request=client_request,
+            raw_size=len(request.body),
+        )
+        walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
         result = await walk.run()
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
@@ -136,6 +144,7 @@ def _stamp(response: HttpResponseBase, call: CallLog) -> HttpResponseBase:
     response["X-Sluice-Request-Id"] = call.request_id
     response["X-Sluice-Served-Model"] = call.served_deployment
     response["X-Sluice-Attempts"] = str(call.attempt_count)
+    response["X-Sluice-Queue-Ms"] = str(round(call.queue_ms or 0))
     if call.quota is not None:
         for name, value in call.quota.headers.items():
             response[name] = value

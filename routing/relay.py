@@ -18,6 +18,7 @@ from routing.deployment_state import Result
 from routing.errors import error_body
 from routing.models import Outcome
 from routing.payloads import ClientRequest
+from routing.slot_policy import service
 from routing.stream_tap import StreamTap
 from routing.upstream import UpstreamError, transport_error_class
 
@@ -30,8 +31,9 @@ class OpenStream:
     response: aiohttp.ClientResponse
     attempt: AttemptLog
     started: float  # perf_counter() when the attempt began
-    # Frees the deployment's slot and tells its breaker how the stream went.
-    release: Callable[[Result], Awaitable[None]] | None = None
+    # Frees the deployment's slot, tells its breaker how the stream went and its queue the
+    # weighted tokens served.
+    release: Callable[[Result, float | None], Awaitable[None]] | None = None
 
 
 class StreamRelay:
@@ -93,12 +95,13 @@ class StreamRelay:
             response.release()  # read to the end: the connection goes back to the pool
         else:
             response.close()  # cut short: drop the connection, cancelling upstream work
-        if self.stream.release is not None:
-            spawn(self.stream.release(self._result(outcome)))
         self.stream.attempt.duration_ms = (time.perf_counter() - self.stream.started) * 1000
         call.upstream_model = self.tap.model
         usage = self.tap.usage or estimated_usage(self.request, self.tap.chunks)
         settle_usage(call, self.stream.deployment, usage)
+        if self.stream.release is not None:
+            served = service(call.tokens_in, call.tokens_out)
+            spawn(self.stream.release(self._result(outcome), served))
         call.finish(outcome=outcome, status=status, error_message=message)
         complete(call)
 
@@ -117,8 +120,8 @@ def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
     """Tokens and cost from an upstream's `usage` object."""
     if not isinstance(usage, dict):
         return
-    call.tokens_in = _count(usage.get("prompt_tokens"))
-    call.tokens_out = _count(usage.get("completion_tokens"))
+    call.tokens_in = count_tokens(usage.get("prompt_tokens"))
+    call.tokens_out = count_tokens(usage.get("completion_tokens"))
     call.cost = deployment.cost(call.tokens_in, call.tokens_out)
 
 
@@ -129,5 +132,5 @@ def estimated_usage(request: ClientRequest, chunks: int) -> dict[str, int]:
     return {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": chunks}
 
 
-def _count(value: Any) -> int:
+def count_tokens(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0

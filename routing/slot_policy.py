@@ -17,6 +17,8 @@ Both backends (routing.deployment_state and its Redis twin, in Lua) follow these
 import math
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from accounts.models import PriorityClass
 from routing.payloads import ClientRequest, Endpoint
 
@@ -24,6 +26,16 @@ INTERACTIVE, BATCH = PriorityClass.INTERACTIVE.value, PriorityClass.BATCH.value
 OUTPUT_WEIGHT = 2.0  # an output token costs the upstream about twice an input token
 GUESSED_OUTPUT = 256  # charged at grant when the request sets no max_tokens; settled later
 DEFAULT_HOLD = 1.0  # seconds a call holds a slot, until the deployment has measured it
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who asks for a deployment's slot, and how long it may queue for one."""
+
+    priority: str  # interactive | batch
+    member: str
+    estimate: float  # weighted tokens the call will probably cost
+    wait: float  # seconds it may queue at each full deployment; 0: never queues
 
 
 @dataclass
@@ -35,6 +47,15 @@ class Waiter:
     until: float  # epoch seconds it gives up
     estimate: float  # weighted service charged when granted
     retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
+
+
+def claim_for(*, priority: str, member: str, request: ClientRequest, raw_size: int) -> Claim:
+    """The call's claim on slots; with priority admission off, every call is alike and
+    none queues (first come, first served)."""
+    if not settings.SLUICE_PRIORITY_ADMISSION:
+        return Claim(INTERACTIVE, member, 0.0, 0.0)
+    wait = settings.SLUICE_WAIT_BATCH if priority == BATCH else settings.SLUICE_WAIT_INTERACTIVE
+    return Claim(priority, member, estimated_service(request, raw_size), wait)
 
 
 def batch_cap(allowed: int, reserve: float) -> int:

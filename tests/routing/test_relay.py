@@ -38,7 +38,7 @@ async def _open(simulator: SimulatorHandle, released: list[Result]) -> tuple[Str
     response = await open_response(deployment, "chat/completions", upstream_body(request, "slow"))
     assert response.status == 200
 
-    async def release(result: Result) -> None:
+    async def release(result: Result, service: float | None) -> None:
         released.append(result)
 
     stream = OpenStream(deployment, response, attempt, call.started, release)
