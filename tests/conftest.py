@@ -253,13 +253,25 @@ def e2e_config(
     )
     raw["upstreams"].append({"name": "slow-sim", "base_url": f"{slow.url}/v1"})
     raw["deployments"].append({"name": "slow", "upstream": "slow-sim", "model": "slow"})
+    # Four slots, none kept back for interactive calls: the priority tests fill them.
+    raw["deployments"].append(
+        {
+            "name": "slow4",
+            "upstream": "slow-sim",
+            "model": "slow",
+            "max_concurrency": 4,
+            "interactive_reserve": 0.0,
+            "breaker_threshold": 1000,
+        }
+    )
     raw["routes"] += [
         {"name": "slow", "chain": ["slow"]},
+        {"name": "queue", "chain": ["slow4"]},
         {"name": "secret", "chain": ["small"]},
         # Always full: three quick tries, then 503.
         {"name": "full", "chain": ["tiny"], "max_attempts": 3, "backoff_base": 0.05},
     ]
-    raw["applications"][0]["routes"] += ["slow", "full"]
+    raw["applications"][0]["routes"] += ["slow", "full", "queue"]
     for section, entries in _faulty_config(faulty).items():
         raw[section] += entries
     # Applications with ceilings on max_tokens and n (the quota tests).
