@@ -175,7 +175,12 @@ class _Deployment:
     slots: dict[str, float] = field(default_factory=dict)  # slot -> lease expiry
     budget: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [firsts, retries]
     held: dict[str, _Held] = field(default_factory=dict)  # slot -> who holds it
-    waiting: dict[str, Waiter] = field(default_factory=dict)  # in arrival order
+    batch: set[str] = field(default_factory=set)  # slots held by batch calls
+    waiting: dict[str, Waiter] = field(default_factory=dict)  # slot -> waiter
+    # priority -> member -> that member's waiters, oldest first
+    queues: dict[str, dict[str, dict[str, Waiter]]] = field(
+        default_factory=lambda: {INTERACTIVE: {}, BATCH: {}}
+    )
     service: dict[str, float] = field(default_factory=dict)  # member -> virtual counter
     last_served: float = 0.0  # the counter of the member granted last
     hold: float = DEFAULT_HOLD  # seconds a call holds a slot (moving average)
@@ -218,7 +223,7 @@ class LocalDeploymentState:
             d.mode, d.half_successes = "half_open", 0
         if retry and not self._budget_allows_retry(d, limits, now):
             return Admission(False, Refusal.BUDGET)
-        position = sum(1 for w in d.waiting.values() if w.priority == priority)
+        position = self._waiting_count(d, priority)
         self._join(d, Waiter(slot, priority, member, now, wait_until or now, estimate, retry))
         self._dispatch(d, limits, now)
         if slot in d.slots:
@@ -226,7 +231,7 @@ class LocalDeploymentState:
         if wait_until is not None and wait_until > now:
             self._grants[slot] = asyncio.get_running_loop().create_future()
             return Admission(False, Refusal.CONCURRENCY, queued=True, position=position)
-        del d.waiting[slot]
+        self._remove(d, slot)
         refusal = Refusal.BREAKER if d.mode == "half_open" else Refusal.CONCURRENCY
         return Admission(False, refusal)
 
@@ -246,11 +251,10 @@ class LocalDeploymentState:
         now = time.time() if now is None else now
         self._grants.pop(slot, None)
         d = self._get(name, limits)
-        waiter = d.waiting.pop(slot, None)
+        waiter = self._remove(d, slot)
         if waiter is None and slot in d.slots:
             return Departure(granted=True)
-        priority = waiter.priority if waiter else BATCH
-        ahead = sum(1 for w in d.waiting.values() if w.priority == priority)
+        ahead = self._waiting_count(d, waiter.priority if waiter else BATCH)
         return Departure(False, queue_retry_after(ahead, self._allowed(d), d.hold))
 
     async def release(
@@ -266,6 +270,7 @@ class LocalDeploymentState:
         now = time.time() if now is None else now
         d = self._get(name, limits)
         d.slots.pop(slot, None)
+        d.batch.discard(slot)
         held = d.held.pop(slot, None)
         if held is not None:
             d.hold = 0.8 * d.hold + 0.2 * max(0.0, now - held.since)
@@ -326,7 +331,7 @@ class LocalDeploymentState:
             d.failures,
             open_for,
             d.reason,
-            batch_in_flight=sum(1 for s in live if self._is_batch(d, s)),
+            batch_in_flight=sum(1 for s in live if s in d.batch),
             waiting_interactive=sum(1 for w in waiting if w.priority == INTERACTIVE),
             waiting_batch=sum(1 for w in waiting if w.priority == BATCH),
             oldest_wait=max((now - w.since for w in waiting), default=0.0),
@@ -345,34 +350,50 @@ class LocalDeploymentState:
         return min(allowed, 1 + d.half_successes) if d.mode == "half_open" else allowed
 
     @staticmethod
-    def _is_batch(d: _Deployment, slot: str) -> bool:
-        held = d.held.get(slot)
-        return held is not None and held.priority == BATCH
+    def _waiting_count(d: _Deployment, priority: str) -> int:
+        return sum(len(q) for q in d.queues[priority].values())
 
     @staticmethod
     def _join(d: _Deployment, waiter: Waiter) -> None:
         """Queue a waiter; a member who was not waiting starts level with those who are."""
-        if not any(w.member == waiter.member for w in d.waiting.values()):
-            counters = [d.service.get(w.member, 0.0) for w in d.waiting.values()]
+        member = waiter.member
+        if all(member not in q for q in d.queues.values()):
+            counters = [d.service.get(m, 0.0) for q in d.queues.values() for m in q]
             level = min(counters) if counters else d.last_served
-            d.service[waiter.member] = max(d.service.get(waiter.member, 0.0), level)
+            d.service[member] = max(d.service.get(member, 0.0), level)
         d.waiting[waiter.slot] = waiter
+        d.queues[waiter.priority].setdefault(member, {})[waiter.slot] = waiter
+
+    @staticmethod
+    def _remove(d: _Deployment, slot: str) -> Waiter | None:
+        waiter = d.waiting.pop(slot, None)
+        if waiter is not None:
+            members = d.queues[waiter.priority]
+            del members[waiter.member][slot]
+            if not members[waiter.member]:
+                del members[waiter.member]
+        return waiter
 
     def _dispatch(self, d: _Deployment, limits: Limits, now: float) -> None:
         """Grant free slots to waiters, in slot_policy's order, while any is eligible."""
         if d.mode == "open" and now >= d.open_until:
             d.mode, d.half_successes = "half_open", 0
-        d.slots = {s: exp for s, exp in d.slots.items() if exp > now}
-        d.held = {s: h for s, h in d.held.items() if s in d.slots}
-        d.waiting = {s: w for s, w in d.waiting.items() if w.until >= now}
         allowed = self._allowed(d)
+        if len(d.slots) >= allowed:
+            # Expired leases only matter when the deployment looks full.
+            for slot in [s for s, exp in d.slots.items() if exp <= now]:
+                del d.slots[slot]
+                d.held.pop(slot, None)
+                d.batch.discard(slot)
         while len(d.slots) < allowed:
-            waiter = self._next(d, limits, allowed)
+            waiter = self._next(d, limits, allowed, now)
             if waiter is None:
                 break
-            del d.waiting[waiter.slot]
+            self._remove(d, waiter.slot)
             d.slots[waiter.slot] = now + limits.lease
             d.held[waiter.slot] = _Held(waiter.priority, waiter.member, waiter.estimate, now)
+            if waiter.priority == BATCH:
+                d.batch.add(waiter.slot)
             d.last_served = d.service.get(waiter.member, 0.0)
             d.service[waiter.member] = d.last_served + waiter.estimate
             self._count_attempt(d, now, retry=waiter.retry)
@@ -380,19 +401,25 @@ class LocalDeploymentState:
             if granted is not None and not granted.done():
                 granted.set_result(None)
 
-    def _next(self, d: _Deployment, limits: Limits, allowed: int) -> Waiter | None:
+    def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
         for priority in (INTERACTIVE, BATCH):
-            candidates = [w for w in d.waiting.values() if w.priority == priority]
-            if not candidates:
+            members = d.queues[priority]
+            if not members:
                 continue
-            if priority == BATCH:
-                batch = sum(1 for s in d.slots if self._is_batch(d, s))
-                if batch >= batch_cap(allowed, limits.reserve):
-                    return None
-            oldest: dict[str, Waiter] = {}
-            for w in candidates:  # arrival order: the first seen is the member's oldest
-                oldest.setdefault(w.member, w)
-            return min(oldest.values(), key=lambda w: (d.service.get(w.member, 0.0), w.since))
+            if priority == BATCH and len(d.batch) >= batch_cap(allowed, limits.reserve):
+                return None
+            heads = []
+            for queue in list(members.values()):
+                head = next(iter(queue.values()))
+                while head.until < now:  # gave up waiting without leaving (a dead worker)
+                    self._remove(d, head.slot)
+                    if not queue:
+                        break
+                    head = next(iter(queue.values()))
+                else:
+                    heads.append(head)
+            if heads:
+                return min(heads, key=lambda w: (d.service.get(w.member, 0.0), w.since))
         return None
 
     @staticmethod
