@@ -54,10 +54,7 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         enforce_ceilings(principal, client_request)
         call.quota = await admit(principal, client_request, route, request, call.request_id)
         claim = claim_for(
-            priority=call.priority,
-            member=str(principal.member_id),
-            request=client_request,
-            raw_size=len(request.body),
+            priority=call.priority, member=str(principal.member_id), raw_size=len(request.body)
         )
         walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
         result = await walk.run()

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from accounts.models import PriorityClass
-from routing.payloads import ClientRequest, Endpoint
 
 INTERACTIVE, BATCH = PriorityClass.INTERACTIVE.value, PriorityClass.BATCH.value
 OUTPUT_WEIGHT = 2.0  # an output token costs the upstream about twice an input token
-GUESSED_OUTPUT = 256  # charged at grant when the request sets no max_tokens; settled later
 DEFAULT_HOLD = 1.0  # seconds a call holds a slot, until the deployment has measured it
 
 
@@ -49,13 +47,13 @@ class Waiter:
     retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
 
 
-def claim_for(*, priority: str, member: str, request: ClientRequest, raw_size: int) -> Claim:
+def claim_for(*, priority: str, member: str, raw_size: int) -> Claim:
     """The call's claim on slots; with priority admission off, every call is alike and
     none queues (first come, first served)."""
     if not settings.SLUICE_PRIORITY_ADMISSION:
         return Claim(INTERACTIVE, member, 0.0, 0.0)
     wait = settings.SLUICE_WAIT_BATCH if priority == BATCH else settings.SLUICE_WAIT_INTERACTIVE
-    return Claim(priority, member, estimated_service(request, raw_size), wait)
+    return Claim(priority, member, estimated_service(raw_size), wait)
 
 
 def batch_cap(allowed: int, reserve: float) -> int:
@@ -69,15 +67,11 @@ def service(tokens_in: int, tokens_out: int) -> float:
     return tokens_in + OUTPUT_WEIGHT * tokens_out
 
 
-def estimated_service(request: ClientRequest, raw_size: int) -> float:
-    """What a request will probably cost, charged when it is granted a slot (the actual
-    usage replaces it when the call ends)."""
-    prompt = raw_size // 4 + 1
-    if request.endpoint is Endpoint.EMBEDDINGS:
-        return float(prompt)
-    body = request.body
-    out = body.get("max_completion_tokens") or body.get("max_tokens") or GUESSED_OUTPUT
-    return service(prompt, min(out, GUESSED_OUTPUT) * (body.get("n") or 1))
+def estimated_service(raw_size: int) -> float:
+    """Charged when a call is granted a slot: its prompt (about 4 bytes a token). The
+    answer is charged when it is known; a guess at it here would inflate the counters of
+    members with calls in flight, and with them the level newcomers are lifted to."""
+    return float(raw_size // 4 + 1)
 
 
 def queue_retry_after(ahead: int, allowed: int, hold: float) -> int:

@@ -1,0 +1,276 @@
+"""Priority admission under overload, side by side with admission switched off, in one run.
+
+    .venv/bin/python bench/overload.py [--capacity 8] [--call-ms 200] [--seconds 10]
+
+The simulator's model holds `capacity` calls at a time, each `call-ms` long; the deployment
+in front of it has the same limit. Calls arrive (Poisson) at 2x and 5x what that serves, for
+`seconds`: 20 % interactive, 80 % batch, from 5 members, one of them sending 10x as much as
+each of the others. Interactive clients send once (success: 200 within the default 5 s
+wait limit). Batch clients honour Retry-After until their call is served; a batch call is
+lost if it gets an answer without Retry-After (or a connection error).
+
+For each run: interactive success rate and p50/p99 queue wait (X-Sluice-Queue-Ms); batch
+served, served after waiting in the queue, refusals with Retry-After, lost; each member's
+share of the calls served while calls arrived; goodput (calls served per second while
+calls arrived, from one call length after the start, against what the deployment can
+serve). Then the quiet members' waits with
+the noisy member present and absent. "Admission off" is the same gateway with
+SLUICE_PRIORITY_ADMISSION=0: first come, first served, a full deployment answered at once
+with 503 and Retry-After.
+"""
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import stack
+
+CONFIG = """
+[[upstreams]]
+name = "sim"
+base_url = "{simulator}/v1"
+[[deployments]]
+name = "primary"
+upstream = "sim"
+model = "m"
+max_concurrency = {capacity}
+breaker_threshold = 0
+[[routes]]
+name = "m"
+chain = ["primary"]
+timeout_seconds = 600
+[[teams]]
+slug = "bench"
+[[applications]]
+slug = "bench"
+team = "bench"
+routes = ["m"]
+"""
+MEMBERS = {"noisy": 10, "quiet-1": 1, "quiet-2": 1, "quiet-3": 1, "quiet-4": 1}
+INTERACTIVE_SHARE = 0.2
+DRAIN_CAP = 300.0  # seconds after the arrivals stop that batch clients may keep trying
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # seconds from the start
+    member: str
+    priority: str
+
+
+@dataclass
+class Outcome:
+    arrival: Arrival
+    served_at: float | None = None  # seconds from the start
+    queue_ms: float = 0.0  # of the call that was served (or refused, for interactive)
+    latency: float = 0.0  # seconds from arrival until served
+    refusals: int = 0  # answers with Retry-After before being served
+    lost: bool = False
+
+
+@dataclass
+class Run:
+    label: str
+    capacity_rps: float
+    seconds: float
+    call_seconds: float
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def of(self, priority: str) -> list[Outcome]:
+        return [o for o in self.outcomes if o.arrival.priority == priority]
+
+    def in_window(self, o: Outcome) -> bool:
+        """Served while calls arrived, from the first moment a call could end (one call
+        length after the start)."""
+        return o.served_at is not None and self.call_seconds <= o.served_at <= self.seconds
+
+    def goodput(self) -> float:
+        """Calls served per second in that window, against what the deployment can serve."""
+        served = sum(self.in_window(o) for o in self.outcomes)
+        return served / (self.seconds - self.call_seconds) / self.capacity_rps
+
+
+def arrivals(rate: float, seconds: float, members: dict[str, int], seed: int) -> list[Arrival]:
+    rng = random.Random(seed)
+    names, weights = list(members), list(members.values())
+    out, t = [], 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= seconds:
+            return out
+        priority = "interactive" if rng.random() < INTERACTIVE_SHARE else "batch"
+        out.append(Arrival(t, rng.choices(names, weights)[0], priority))
+
+
+async def client(
+    session: aiohttp.ClientSession, url: str, keys: dict[str, str], a: Arrival, start: float
+) -> Outcome:
+    await asyncio.sleep(max(0.0, start + a.at - time.monotonic()))
+    outcome = Outcome(a)
+    body = {"model": "m", "messages": [{"role": "user", "content": "Overload me."}]}
+    headers = {"Authorization": f"Bearer {keys[a.member]}", "X-Sluice-Priority": a.priority}
+    while True:
+        try:
+            async with session.post(url, json=body, headers=headers) as response:
+                await response.read()
+                status, retry_after = response.status, response.headers.get("Retry-After")
+                outcome.queue_ms = float(response.headers.get("X-Sluice-Queue-Ms", 0))
+        except aiohttp.ClientError:
+            outcome.lost = True
+            return outcome
+        now = time.monotonic() - start
+        if status == 200:
+            outcome.served_at, outcome.latency = now, now - a.at
+            return outcome
+        if a.priority == "interactive":
+            return outcome  # refused: interactive users do not wait minutes
+        if retry_after is None or now > DRAIN_CAP + a.at:
+            outcome.lost = True
+            return outcome
+        outcome.refusals += 1
+        await asyncio.sleep(float(retry_after))
+
+
+async def drive(url: str, keys: dict[str, str], schedule: list[Arrival]) -> list[Outcome]:
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.monotonic() + 0.2
+        return await asyncio.gather(*(client(session, url, keys, a, start) for a in schedule))
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def report(runs: list[Run]) -> None:
+    width = 24
+    print(f"  {'':34}" + "".join(f"{r.label:>{width}}" for r in runs))
+
+    def row(label: str, values: list[str]) -> None:
+        print(f"  {label:34}" + "".join(f"{v:>{width}}" for v in values))
+
+    inter = [r.of("interactive") for r in runs]
+    batch = [r.of("batch") for r in runs]
+    row("interactive calls", [str(len(i)) for i in inter])
+    row(
+        "  success",
+        [f"{sum(o.served_at is not None for o in i) / max(1, len(i)) * 100:.1f} %" for i in inter],
+    )
+    for p in (50, 99):
+        row(
+            f"  queue wait p{p} (ms)",
+            [f"{pct([o.queue_ms for o in i if o.served_at is not None], p):.0f}" for i in inter],
+        )
+    row("batch calls", [str(len(b)) for b in batch])
+    row("  served", [str(sum(o.served_at is not None for o in b)) for b in batch])
+    row(
+        "  of them after queueing",
+        [str(sum(o.served_at is not None and o.queue_ms > 0 for o in b)) for b in batch],
+    )
+    row("  refusals with Retry-After", [str(sum(o.refusals for o in b)) for b in batch])
+    row(
+        "  calls refused at least once",
+        [str(sum(o.refusals > 0 for o in b)) for b in batch],
+    )
+    row("  lost", [str(sum(o.lost for o in b)) for b in batch])
+    row(
+        "  p50 / max time to served (s)",
+        [
+            f"{pct([o.latency for o in b if o.served_at], 50):.1f} / "
+            f"{max((o.latency for o in b if o.served_at), default=0):.1f}"
+            for b in batch
+        ],
+    )
+    for member in MEMBERS:
+        shares = []
+        for r in runs:
+            window = [o for o in r.outcomes if r.in_window(o)]
+            mine = sum(o.arrival.member == member for o in window)
+            shares.append(f"{mine / max(1, len(window)) * 100:.1f} %")
+        row(f"share of service: {member}", shares)
+    row("goodput (of capacity)", [f"{r.goodput() * 100:.1f} %" for r in runs])
+
+
+def quiet_waits(run: Run, priority: str) -> tuple[float, float]:
+    """The quiet members' mean queue wait (ms) and mean time to served (s)."""
+    quiet = [
+        o
+        for o in run.of(priority)
+        if o.arrival.member.startswith("quiet") and o.served_at is not None
+    ]
+    return statistics.mean(o.queue_ms for o in quiet), statistics.mean(o.latency for o in quiet)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--capacity", type=int, default=8)
+    parser.add_argument("--call-ms", type=float, default=200)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--skip-off", action="store_true", help="no run with admission off")
+    args = parser.parse_args()
+    capacity_rps = args.capacity / (args.call_ms / 1000)
+
+    with stack() as s:
+        simulator = s.simulator(
+            "--model", f"m:{args.capacity}", "--latency-ms", str(args.call_ms)
+        )  # fmt: skip
+        config = CONFIG.format(simulator=simulator, capacity=args.capacity)
+        config += "".join(
+            f'[[members]]\nemail = "{m}@example.com"\nteam = "bench"\n' for m in MEMBERS
+        )
+        s.configure(config, member="noisy@example.com", application="bench")
+        keys = {m: s.issue_key(f"{m}@example.com", "bench") for m in MEMBERS}
+        print(
+            f"Overload: deployment of {args.capacity} slots, calls of {args.call_ms:.0f} ms "
+            f"({capacity_rps:.0f} calls/s at most), {args.seconds:.0f} s of arrivals per run; "
+            f"members {', '.join(f'{m} x{w}' for m, w in MEMBERS.items())}"
+        )
+        scenarios = {
+            factor: arrivals(factor * capacity_rps, args.seconds, MEMBERS, args.seed + factor)
+            for factor in (2, 5)
+        }
+        quiet_only = {m: w for m, w in MEMBERS.items() if m != "noisy"}
+        # The 2x run's quiet members, at the same rates, with the noisy member absent.
+        alone = [a for a in scenarios[2] if a.member in quiet_only]
+        runs: dict[tuple[str, int], Run] = {}
+        modes = [("admission", "1")] + ([] if args.skip_off else [("off", "0")])
+        for mode, admission in modes:
+            gateway, _ = s.gateway(env={"SLUICE_PRIORITY_ADMISSION": admission})
+            url = f"{gateway}/v1/chat/completions"
+            for factor, schedule in scenarios.items():
+                run = Run(f"{factor}x {mode}", capacity_rps, args.seconds, args.call_ms / 1000)
+                run.outcomes = asyncio.run(drive(url, keys, schedule))
+                runs[(mode, factor)] = run
+            if mode == "admission":
+                quiet_run = Run("2x, noisy absent", capacity_rps, args.seconds, args.call_ms / 1000)
+                quiet_run.outcomes = asyncio.run(drive(url, keys, alone))
+            s.stop_last()
+
+        for factor in (2, 5):
+            print(f"\n{factor}x overload ({len(scenarios[factor])} calls)")
+            report([runs[m, factor] for m, _ in modes])
+        print("\nQuiet members, 2x overload with admission: mean queue wait, mean time to served")
+        for priority in ("interactive", "batch"):
+            for label, run in (
+                ("noisy member present", runs[("admission", 2)]),
+                ("noisy member absent", quiet_run),
+            ):
+                wait, latency = quiet_waits(run, priority)
+                print(f"  {priority:12}{label:24}{wait:10.0f} ms{latency * 1000:10.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
