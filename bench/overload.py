@@ -25,6 +25,7 @@ import random
 import statistics
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,6 +221,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-off", action="store_true", help="no run with admission off")
+    parser.add_argument("--workers", type=int, default=1, help="more than 1 needs REDIS_URL")
     args = parser.parse_args()
     capacity_rps = args.capacity / (args.call_ms / 1000)
 
@@ -233,10 +235,12 @@ def main() -> None:
         )
         s.configure(config, member="noisy@example.com", application="bench")
         keys = {m: s.issue_key(f"{m}@example.com", "bench") for m in MEMBERS}
+        state = "Redis" if s.env.get("REDIS_URL") else "in process"
         print(
             f"Overload: deployment of {args.capacity} slots, calls of {args.call_ms:.0f} ms "
             f"({capacity_rps:.0f} calls/s at most), {args.seconds:.0f} s of arrivals per run; "
-            f"members {', '.join(f'{m} x{w}' for m, w in MEMBERS.items())}"
+            f"members {', '.join(f'{m} x{w}' for m, w in MEMBERS.items())}; "
+            f"{args.workers} gateway worker(s), state {state}"
         )
         scenarios = {
             factor: arrivals(factor * capacity_rps, args.seconds, MEMBERS, args.seed + factor)
@@ -248,7 +252,8 @@ def main() -> None:
         runs: dict[tuple[str, int], Run] = {}
         modes = [("admission", "1")] + ([] if args.skip_off else [("off", "0")])
         for mode, admission in modes:
-            gateway, _ = s.gateway(env={"SLUICE_PRIORITY_ADMISSION": admission})
+            env = {"SLUICE_PRIORITY_ADMISSION": admission, "SLUICE_REDIS_PREFIX": uuid.uuid4().hex}
+            gateway, _ = s.gateway(workers=args.workers, env=env)
             url = f"{gateway}/v1/chat/completions"
             for factor, schedule in scenarios.items():
                 run = Run(f"{factor}x {mode}", capacity_rps, args.seconds, args.call_ms / 1000)

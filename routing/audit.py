@@ -243,7 +243,9 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
             counter = _ATTEMPT_COUNTER.get(attempt.error_class)
             if counter:
                 row(call, attempt.deployment)[counter] += 1
-    return list(rows.values())
+    # In key order: workers upserting the same rows lock them in the same order, so two
+    # batches wait for each other instead of deadlocking.
+    return [rows[k] for k in sorted(rows)]
 
 
 def _upsert_rollups(rows: list[dict[str, Any]]) -> None:
