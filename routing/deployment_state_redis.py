@@ -37,9 +37,12 @@ from routing.slot_policy import DEFAULT_HOLD, INTERACTIVE, queue_retry_after
 log = logging.getLogger("sluice.state")
 
 STATE_TTL = 86_400  # an idle deployment's state is forgotten after a day
+WAITER_SILENCE = 5.0  # seconds without its worker's sweep after which a waiter is passed over
 
 # KEYS: state, slots, budget, held, batch slots, interactive queue, batch queue, waiters,
-# members waiting (interactive), members waiting (batch), service counters.
+# members waiting (interactive), members waiting (batch), service counters, waiters last
+# heard of (each worker's sweep vouches for its own every second: a dead worker's waiters
+# fall silent and are passed over).
 # ARGV[1..6]: now, key base (for each member's own queue), grant channel, max concurrency,
 # lease, reserve; then each script's own.
 _PRELUDE = """
@@ -49,8 +52,9 @@ local K_STATE, K_SLOTS, K_BUDGET, K_HELD, K_BATCH = KEYS[1], KEYS[2], KEYS[3], K
 local K_QUEUE = {interactive = KEYS[6], batch = KEYS[7]}
 local K_WAITER = KEYS[8]
 local K_MEMBERS = {interactive = KEYS[9], batch = KEYS[10]}
-local K_SERVICE = KEYS[11]
+local K_SERVICE, K_HEARD = KEYS[11], KEYS[12]
 local BUDGET_WIDTH, BUDGET_BUCKETS = %(width)s, %(buckets)s
+local SILENCE = %(silence)s
 
 local function split(text)
   local out = {}
@@ -110,6 +114,7 @@ local function remove_waiter(slot)
   local w = split(info)
   local class, member = w[1], w[2]
   redis.call('HDEL', K_WAITER, slot)
+  redis.call('ZREM', K_HEARD, slot)
   redis.call('ZREM', K_QUEUE[class], slot)
   redis.call('ZREM', member_queue(class, member), slot)
   if redis.call('HINCRBY', K_MEMBERS[class], member, -1) <= 0 then
@@ -138,19 +143,24 @@ local function join(slot, class, member, until_, estimate, retry)
   redis.call('HSET', K_WAITER, slot,
              table.concat({class, member, until_, estimate, retry and '1' or '0'}, '|'))
   redis.call('ZADD', K_QUEUE[class], now, slot)
+  redis.call('ZADD', K_HEARD, now, slot)
   redis.call('ZADD', member_queue(class, member), now, slot)
   redis.call('EXPIRE', member_queue(class, member), %(ttl)s)
   redis.call('HINCRBY', K_MEMBERS[class], member, 1)
 end
 
--- The member's oldest live waiter in a class (dropping the ones whose time ran out).
+-- The member's oldest live waiter in a class (dropping the ones whose time ran out, and
+-- those of a worker gone silent).
 local function oldest_of(class, member)
   local q = member_queue(class, member)
   while true do
     local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
     if #first == 0 then return nil end
     local info = redis.call('HGET', K_WAITER, first[1])
-    if info and tonumber(split(info)[3]) >= now then return first[1], tonumber(first[2]) end
+    local heard = tonumber(redis.call('ZSCORE', K_HEARD, first[1]) or '0')
+    if info and tonumber(split(info)[3]) >= now and heard >= now - SILENCE then
+      return first[1], tonumber(first[2])
+    end
     if info then remove_waiter(first[1]) else redis.call('ZREM', q, first[1]) end
   end
 end
@@ -303,9 +313,11 @@ local hold = redis.call('HGET', K_STATE, 'hold') or '%(hold)s'
 return {0, redis.call('ZCARD', K_QUEUE[class]), allowed_slots(), hold}
 """
 
-# ARGV[7..]: the slots this worker is waiting for. Hands out slots whose leases ran out and
-# answers which of those slots are granted (a lost message costs a waiter one sweep).
+# ARGV[7..]: the slots this worker is waiting for. Vouches for them, hands out slots whose
+# leases ran out, and answers which of those slots are granted (a lost message costs a
+# waiter one sweep).
 _SWEEP = """
+for i = 7, #ARGV do redis.call('ZADD', K_HEARD, 'XX', now, ARGV[i]) end
 dispatch(nil)
 local granted = {}
 for i = 7, #ARGV do
@@ -336,6 +348,7 @@ def _script(body: str) -> str:
         "buckets": BUDGET_BUCKETS,
         "ttl": STATE_TTL,
         "hold": DEFAULT_HOLD,
+        "silence": WAITER_SILENCE,
     }
     return (_PRELUDE + body) % values
 
@@ -379,6 +392,7 @@ class RedisDeploymentState:
             "members:interactive",
             "members:batch",
             "service",
+            "heard",
         )
         return [f"{base}:{part}" for part in parts]
 

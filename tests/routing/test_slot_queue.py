@@ -184,6 +184,7 @@ async def test_a_waiter_past_its_wait_limit_is_not_granted(state, name):
     assert (await d.ask("short", wait=T0 + 5)).queued
     assert (await d.ask("long", wait=T0 + 500)).queued
     d.now = T0 + 10
+    assert await d.granted("short", "long") == []  # their worker is alive and says so
     await d.done("holder")
     assert await d.granted("short", "long") == ["long"]
     departure = await state.leave(name, d.limits, "short", now=d.now)
@@ -221,6 +222,27 @@ async def test_a_dead_workers_slot_goes_to_a_waiter_when_its_lease_runs_out(stat
     assert await d.granted("waiter") == []
     d.now = T0 + 31
     assert await d.granted("waiter") == ["waiter"]
+
+
+async def test_a_dead_workers_waiters_are_passed_over(name):
+    """Redis only: in process, the waiters die with the state. Each worker's sweep vouches
+    for its own waiters every second; a waiter nobody vouches for is skipped."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from routing.deployment_state_redis import WAITER_SILENCE, RedisDeploymentState
+
+    state = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
+    d = Deployment(state, name, limits(1))
+    assert (await d.ask("holder")).admitted
+    assert (await d.ask("dead-worker-waiter")).queued
+    assert (await d.ask("live-waiter")).queued
+    d.now = T0 + WAITER_SILENCE + 1
+    assert await d.granted("live-waiter") == []  # the live worker's sweep
+    await d.done("holder")
+    assert await d.granted("dead-worker-waiter", "live-waiter") == ["live-waiter"]
+    assert (await d.snapshot()).waiting_interactive == 0
+    await state._client().aclose()
 
 
 async def test_position_and_oldest_wait_are_reported(state, name):
