@@ -28,15 +28,16 @@ class GrantListener:
 
     async def expect(self, name: str, limits: Any, slot: str) -> None:
         """Register a waiter before it joins the queue."""
+        self._futures[slot] = asyncio.get_running_loop().create_future()
+        self._waiting[slot] = (name, limits)
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self._listen(), name="sluice-grant-listener"),
                 asyncio.create_task(self._sweep(), name="sluice-grant-sweeper"),
             ]
-        self._futures[slot] = asyncio.get_running_loop().create_future()
-        self._waiting[slot] = (name, limits)
-        if not self._subscribed.is_set():
-            with contextlib.suppress(TimeoutError):  # the sweep covers a late subscription
+            # The first waiter lets the subscription settle; later ones never wait for it
+            # (while Redis is away, say): the sweep finds a grant that was not heard.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._subscribed.wait(), 2.0)
 
     async def wait(self, slot: str, within: float) -> bool:

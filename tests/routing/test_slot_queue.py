@@ -294,3 +294,18 @@ def test_queue_retry_after_grows_with_the_queue():
     assert queue_retry_after(0, 4, 1.0) == 1
     assert queue_retry_after(39, 4, 2.0) == 20
     assert queue_retry_after(10, 0, 1.0) == 11  # no slot at all: as if one
+
+
+async def test_with_redis_unreachable_the_queue_works_per_worker(name, caplog):
+    """A closed port: slots and queues fall back to this worker's own state, loudly."""
+    from routing.deployment_state_redis import RedisDeploymentState
+
+    state = RedisDeploymentState("redis://127.0.0.1:1/0", prefix="unreachable")
+    lim = limits(1)
+    assert (await state.acquire(name, lim, "holder", retry=False)).admitted
+    queued = await state.acquire(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
+    assert queued.queued
+    waiting = asyncio.create_task(state.wait(name, "waiter", 5))
+    await state.release(name, lim, "holder", Result.SUCCESS)
+    assert await waiting is True
+    assert "Redis unreachable" in caplog.text
