@@ -234,8 +234,8 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail("'breaker_cooldown' must be between 0 and 86400 seconds")
         if not 0 <= e["retry_budget"] <= 1:
             fail("'retry_budget' must be a share between 0 and 1")
-        if not 0 <= e["interactive_reserve"] < 1:
-            fail("'interactive_reserve' must be a share from 0 up to (not including) 1")
+        if not 0 <= e["interactive_reserve"] <= 0.99:
+            fail("'interactive_reserve' must be a share between 0 and 0.99")
         for price in ("input_price_per_million", "output_price_per_million"):
             value = Decimal(str(e[price]))
             if not 0 <= value <= 1_000_000 or value != value.quantize(_PRICE_STEP):

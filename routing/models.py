@@ -1,5 +1,6 @@
 """Where calls go (upstreams, deployments, routes) and what happened to them (the audit)."""
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 
@@ -44,6 +45,7 @@ class Deployment(models.Model):
     )
     interactive_reserve = models.FloatField(
         default=0.2,
+        validators=[MinValueValidator(0.0), MaxValueValidator(0.99)],
         help_text="Share of the slots batch calls may not take: kept for interactive ones.",
     )
     drained_until = models.DateTimeField(

@@ -532,6 +532,11 @@ BAD = [
         "deployments[2] (small): 'output_price_per_million' must be between 0 and 1000000",
     ),
     (
+        "whole-reserve",
+        _set("deployments", 1, "interactive_reserve", 1),
+        "deployments[1] (medium): 'interactive_reserve' must be a share between 0 and 0.99",
+    ),
+    (
         "bad-base-url-scheme",
         _set("upstreams", 0, "base_url", "ftp://example.com/v1"),
         "upstreams[0] (simulator): 'base_url' must be an http(s) URL",
