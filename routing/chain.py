@@ -201,9 +201,7 @@ class ChainWalk:
             deployment.limits,
             slot,
             retry=deployment.name in self.tried,
-            priority=self.claim.priority,
-            member=self.claim.member,
-            estimate=self.claim.estimate,
+            claim=self.claim,
             wait_until=time.time() + min(self.claim.wait, self._remaining()) if queue else None,
         )
         admitted, refusal = admission.admitted, admission.refusal

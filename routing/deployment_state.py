@@ -33,9 +33,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from routing.slot_policy import (
+    ANYONE,
     BATCH,
     DEFAULT_HOLD,
     INTERACTIVE,
+    Claim,
     Waiter,
     batch_cap,
     queue_retry_after,
@@ -115,9 +117,7 @@ class DeploymentState(Protocol):
         slot: str,
         *,
         retry: bool,
-        priority: str = INTERACTIVE,
-        member: str = "",
-        estimate: float = 0.0,
+        claim: Claim = ANYONE,
         wait_until: float | None = None,
         now: float | None = None,
     ) -> Admission:
@@ -209,9 +209,7 @@ class LocalDeploymentState:
         slot: str,
         *,
         retry: bool,
-        priority: str = INTERACTIVE,
-        member: str = "",
-        estimate: float = 0.0,
+        claim: Claim = ANYONE,
         wait_until: float | None = None,
         now: float | None = None,
     ) -> Admission:
@@ -223,8 +221,9 @@ class LocalDeploymentState:
             d.mode, d.half_successes = "half_open", 0
         if retry and not self._budget_allows_retry(d, limits, now):
             return Admission(False, Refusal.BUDGET)
-        position = self._waiting_count(d, priority)
-        self._join(d, Waiter(slot, priority, member, now, wait_until or now, estimate, retry))
+        position = self._waiting_count(d, claim.priority)
+        until = wait_until or now
+        self._join(d, Waiter(slot, claim.priority, claim.member, now, until, claim.estimate, retry))
         self._dispatch(d, limits, now)
         if slot in d.slots:
             return Admission(True)
@@ -236,14 +235,7 @@ class LocalDeploymentState:
         return Admission(False, refusal)
 
     async def wait(self, name: str, slot: str, within: float) -> bool:
-        granted = self._grants.get(slot)
-        if granted is None:
-            return False
-        try:
-            await asyncio.wait_for(asyncio.shield(granted), within)
-        except TimeoutError:
-            return False
-        return True
+        return await granted_within(self._grants.get(slot), within)
 
     async def leave(
         self, name: str, limits: Limits, slot: str, *, now: float | None = None
@@ -436,6 +428,17 @@ class LocalDeploymentState:
             d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
             counts = d.budget[bucket] = [0, 0]
         counts[1 if retry else 0] += 1
+
+
+async def granted_within(granted: asyncio.Future[None] | None, within: float) -> bool:
+    """Whether a waiter's grant came within `within` seconds (the future stays usable)."""
+    if granted is None:
+        return False
+    try:
+        await asyncio.wait_for(asyncio.shield(granted), within)
+    except TimeoutError:
+        return False
+    return True
 
 
 class Leased(Protocol):

@@ -32,7 +32,7 @@ from routing.deployment_state import (
 )
 from routing.grant_listener import grant_listener
 from routing.redis_client import redis_client
-from routing.slot_policy import DEFAULT_HOLD, INTERACTIVE, queue_retry_after
+from routing.slot_policy import ANYONE, DEFAULT_HOLD, Claim, queue_retry_after
 
 log = logging.getLogger("sluice.state")
 
@@ -439,15 +439,13 @@ class RedisDeploymentState:
         slot: str,
         *,
         retry: bool,
-        priority: str = INTERACTIVE,
-        member: str = "",
-        estimate: float = 0.0,
+        claim: Claim = ANYONE,
         wait_until: float | None = None,
         now: float | None = None,
     ) -> Admission:
         now = time.time() if now is None else now
         args = (int(retry), slot, limits.retry_ratio, limits.retry_floor)
-        args += (priority, member, estimate, wait_until or 0)
+        args += (claim.priority, claim.member, claim.estimate, wait_until or 0)
         try:
             if wait_until is not None:
                 # Listen before joining: a grant published in between is not missed.
@@ -457,15 +455,7 @@ class RedisDeploymentState:
             grant_listener(self).forget(slot)
             self._down(exc)
             return await self._fallback.acquire(
-                name,
-                limits,
-                slot,
-                retry=retry,
-                priority=priority,
-                member=member,
-                estimate=estimate,
-                wait_until=wait_until,
-                now=now,
+                name, limits, slot, retry=retry, claim=claim, wait_until=wait_until, now=now
             )
         self._up()
         if admitted:

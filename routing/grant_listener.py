@@ -13,6 +13,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from routing.deployment_state import granted_within
+
 log = logging.getLogger("sluice.state")
 
 SWEEP_SECONDS = 1.0
@@ -41,14 +43,7 @@ class GrantListener:
                 await asyncio.wait_for(self._subscribed.wait(), 2.0)
 
     async def wait(self, slot: str, within: float) -> bool:
-        granted = self._futures.get(slot)
-        if granted is None:
-            return False
-        try:
-            await asyncio.wait_for(asyncio.shield(granted), within)
-        except TimeoutError:
-            return False
-        return True
+        return await granted_within(self._futures.get(slot), within)
 
     def forget(self, slot: str) -> None:
         self._futures.pop(slot, None)

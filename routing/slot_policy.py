@@ -36,6 +36,9 @@ class Claim:
     wait: float  # seconds it may queue at each full deployment; 0: never queues
 
 
+ANYONE = Claim(INTERACTIVE, member="", estimate=0.0, wait=0.0)  # no class, no member
+
+
 @dataclass
 class Waiter:
     slot: str

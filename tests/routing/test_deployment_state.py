@@ -1,7 +1,6 @@
 """One suite, both backends: the in-process state and the Redis state (when REDIS_URL is
 set, as in CI's second run) must follow the same rules."""
 
-import os
 import time
 import uuid
 
@@ -9,33 +8,9 @@ import pytest
 
 from routing.deployment_state import (
     Limits,
-    LocalDeploymentState,
     Refusal,
     Result,
 )
-
-BACKENDS = ["local", "redis"]
-
-
-@pytest.fixture(params=BACKENDS)
-async def state(request):
-    if request.param == "local":
-        yield LocalDeploymentState()
-        return
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        pytest.skip("REDIS_URL is not set")
-    from routing.deployment_state_redis import RedisDeploymentState
-
-    backend = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
-    yield backend
-    await backend._client().aclose()
-
-
-@pytest.fixture
-def name() -> str:
-    return f"dep-{uuid.uuid4().hex[:8]}"
-
 
 LIMITS = Limits(max_concurrency=10, threshold=3, cooldown=300, close_after=3, lease=30)
 T0 = 1_800_000_000.0

@@ -12,6 +12,7 @@ from django.core.management import call_command
 import routing.deployment_state as deployment_state_module
 from routing.catalog import catalog
 from routing.deployment_state import LocalDeploymentState
+from routing.slot_policy import Claim
 
 
 @pytest.fixture
@@ -32,12 +33,13 @@ def test_status_shows_in_flight_and_waiting_by_class(state, e2e_database, commit
     async def crowd() -> None:
         limits = (await catalog.routes())["smart"].chain[0].limits  # big: 4 slots
         for i in range(limits.max_concurrency):
-            priority = "batch" if i == 0 else "interactive"
-            await state.acquire("big", limits, f"held-{i}", retry=False, priority=priority)
+            claim = Claim("batch" if i == 0 else "interactive", "m", 0, 0)
+            await state.acquire("big", limits, f"held-{i}", retry=False, claim=claim)
         until = time.time() + 60
         for slot, priority in (("w1", "interactive"), ("w2", "batch"), ("w3", "batch")):
+            claim = Claim(priority, "m", 0, 0)
             queued = await state.acquire(
-                "big", limits, slot, retry=False, priority=priority, wait_until=until
+                "big", limits, slot, retry=False, claim=claim, wait_until=until
             )
             assert queued.queued
         if hasattr(state, "_client"):

@@ -8,31 +8,11 @@ import uuid
 
 import pytest
 
-from routing.deployment_state import Limits, LocalDeploymentState, Refusal, Result
-from routing.slot_policy import BATCH, INTERACTIVE, batch_cap, queue_retry_after
+from routing.deployment_state import Limits, Refusal, Result
+from routing.slot_policy import BATCH, INTERACTIVE, Claim, batch_cap, queue_retry_after
 
 T0 = 1_800_000_000.0
 WAIT = T0 + 100  # queue until then
-
-
-@pytest.fixture(params=["local", "redis"])
-async def state(request):
-    if request.param == "local":
-        yield LocalDeploymentState()
-        return
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        pytest.skip("REDIS_URL is not set")
-    from routing.deployment_state_redis import RedisDeploymentState
-
-    backend = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
-    yield backend
-    await backend._client().aclose()
-
-
-@pytest.fixture
-def name() -> str:
-    return f"dep-{uuid.uuid4().hex[:8]}"
 
 
 def limits(concurrency: int, reserve: float = 0.0) -> Limits:
@@ -54,9 +34,7 @@ class Deployment:
             self.limits,
             slot,
             retry=False,
-            priority=priority,
-            member=member,
-            estimate=cost,
+            claim=Claim(priority, member, cost, wait=0),
             wait_until=wait,
             now=self.now,
         )
