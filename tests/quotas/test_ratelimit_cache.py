@@ -50,3 +50,40 @@ def test_the_configured_ratelimit_cache_is_the_same_in_every_thread() -> None:
         thread.join()
     look()
     assert len({id(c) for c in seen}) == 1
+
+
+def test_a_known_counter_is_counted_in_one_round_trip_and_survives_a_flush() -> None:
+    cache, key = _cache(), f"rl-{uuid.uuid4().hex}"
+    assert cache.add(key, 1, 60)
+    client = cache._cache.get_client(write=True)
+    commands = []
+    original = client.execute_command
+
+    def counted(*args, **kwargs):
+        commands.append(args[0])
+        return original(*args, **kwargs)
+
+    client.execute_command = counted
+    try:
+        assert not cache.add(key, 1, 60)  # known: no round trip
+        assert cache.incr(key) == 2
+        assert len(commands) == 1  # the incr script alone
+        cache.delete(key)  # Redis lost it: counting starts again, with its timeout
+        assert cache.incr(key) == 1
+    finally:
+        client.execute_command = original
+    assert 55 <= client.ttl(cache.make_and_validate_key(key)) <= 60
+
+
+def test_get_usage_counts_every_request_across_cache_objects() -> None:
+    """django-ratelimit's own path: add, then incr, through a new cache object each time."""
+    from django.test import RequestFactory
+    from django_ratelimit.core import get_usage
+
+    request, group = RequestFactory().post("/v1/x"), f"g-{uuid.uuid4().hex}"
+    counts = [
+        get_usage(request, group=group, key=lambda g, r: "k", rate="5/m", increment=True)
+        for _ in range(7)
+    ]
+    assert [c["count"] for c in counts] == [1, 2, 3, 4, 5, 6, 7]
+    assert [c["should_limit"] for c in counts] == [False] * 5 + [True] * 2
