@@ -204,14 +204,15 @@ def report(runs: list[Run]) -> None:
     row("goodput (of capacity)", [f"{r.goodput() * 100:.1f} %" for r in runs])
 
 
-def quiet_waits(run: Run, priority: str) -> tuple[float, float]:
-    """The quiet members' mean queue wait (ms) and mean time to served (s)."""
+def quiet_waits(run: Run, priority: str) -> list[float]:
+    """The quiet members' queue wait (mean, p50) and time to served (mean, p50), in ms."""
     quiet = [
         o
         for o in run.of(priority)
         if o.arrival.member.startswith("quiet") and o.served_at is not None
     ]
-    return statistics.mean(o.queue_ms for o in quiet), statistics.mean(o.latency for o in quiet)
+    waits, latencies = [o.queue_ms for o in quiet], [o.latency * 1000 for o in quiet]
+    return [statistics.mean(waits), pct(waits, 50), statistics.mean(latencies), pct(latencies, 50)]
 
 
 def main() -> None:
@@ -267,14 +268,16 @@ def main() -> None:
         for factor in (2, 5):
             print(f"\n{factor}x overload ({len(scenarios[factor])} calls)")
             report([runs[m, factor] for m, _ in modes])
-        print("\nQuiet members, 2x overload with admission: mean queue wait, mean time to served")
+        print("\nQuiet members, 2x overload with admission (ms)")
+        print(f"  {'':36}{'queue wait':>20}{'time to served':>20}")
+        print(f"  {'':36}{'mean':>10}{'p50':>10}{'mean':>10}{'p50':>10}")
         for priority in ("interactive", "batch"):
             for label, run in (
                 ("noisy member present", runs[("admission", 2)]),
                 ("noisy member absent", quiet_run),
             ):
-                wait, latency = quiet_waits(run, priority)
-                print(f"  {priority:12}{label:24}{wait:10.0f} ms{latency * 1000:10.0f} ms")
+                figures = "".join(f"{v:10.0f}" for v in quiet_waits(run, priority))
+                print(f"  {priority:12}{label:24}{figures}")
 
 
 if __name__ == "__main__":
