@@ -5,7 +5,7 @@ trips on `incr` (EXISTS, then INCRBY). django-ratelimit calls `add` (create the 
 counter) then `incr` for every limited request. This subclass keeps one client per
 connection pool, shared by every cache object of the process, makes `incr` one atomic
 script, and remembers which counters exist: `add` on a counter it knows answers False
-without a round trip, so a counted request costs one round trip, not three.
+without a round trip, so a counted request costs one round trip, not two.
 
 Should a remembered counter be gone from Redis (a flush, a restart), `incr` creates it with
 the timeout `add` was given, which is what `add` would have done. On any other key `incr`
