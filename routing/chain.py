@@ -50,7 +50,7 @@ from routing.errors import GatewayError, capacity_exhausted, json_object, openai
 from routing.models import Outcome
 from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
-from routing.relay import OpenStream, count_tokens
+from routing.relay import OpenStream, usage_tokens
 from routing.services import deployment_mark_misconfigured
 from routing.slot_policy import Claim, service
 from routing.upstream import UpstreamError, open_response, transport_error_class
@@ -105,11 +105,8 @@ def _result_for(error_class: ErrorClass | None) -> Result:
 
 def usage_service(payload: dict | None) -> float | None:
     """The weighted tokens an answer's `usage` reports (None when it reports none)."""
-    usage = (payload or {}).get("usage")
-    if not isinstance(usage, dict):
-        return None
-    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return service(count_tokens(tokens_in), count_tokens(tokens_out))
+    tokens = usage_tokens((payload or {}).get("usage"))
+    return None if tokens is None else service(*tokens)
 
 
 async def _abandon(state: DeploymentState, deployment: DeploymentSpec, slot: str) -> None:

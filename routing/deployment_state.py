@@ -175,7 +175,6 @@ class _Deployment:
     slots: dict[str, float] = field(default_factory=dict)  # slot -> lease expiry
     budget: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [firsts, retries]
     held: dict[str, _Held] = field(default_factory=dict)  # slot -> who holds it
-    batch: set[str] = field(default_factory=set)  # slots held by batch calls
     waiting: dict[str, Waiter] = field(default_factory=dict)  # slot -> waiter
     # priority -> member -> that member's waiters, oldest first
     queues: dict[str, dict[str, dict[str, Waiter]]] = field(
@@ -262,7 +261,6 @@ class LocalDeploymentState:
         now = time.time() if now is None else now
         d = self._get(name, limits)
         d.slots.pop(slot, None)
-        d.batch.discard(slot)
         held = d.held.pop(slot, None)
         if held is not None:
             d.hold = 0.8 * d.hold + 0.2 * max(0.0, now - held.since)
@@ -323,7 +321,7 @@ class LocalDeploymentState:
             d.failures,
             open_for,
             d.reason,
-            batch_in_flight=sum(1 for s in live if s in d.batch),
+            batch_in_flight=sum(1 for s in live if self._is_batch(d, s)),
             waiting_interactive=sum(1 for w in waiting if w.priority == INTERACTIVE),
             waiting_batch=sum(1 for w in waiting if w.priority == BATCH),
             oldest_wait=max((now - w.since for w in waiting), default=0.0),
@@ -340,6 +338,11 @@ class LocalDeploymentState:
             return 0
         allowed = math.floor(d.limit or 1)
         return min(allowed, 1 + d.half_successes) if d.mode == "half_open" else allowed
+
+    @staticmethod
+    def _is_batch(d: _Deployment, slot: str) -> bool:
+        held = d.held.get(slot)
+        return held is not None and held.priority == BATCH
 
     @staticmethod
     def _waiting_count(d: _Deployment, priority: str) -> int:
@@ -376,7 +379,6 @@ class LocalDeploymentState:
             for slot in [s for s, exp in d.slots.items() if exp <= now]:
                 del d.slots[slot]
                 d.held.pop(slot, None)
-                d.batch.discard(slot)
         while len(d.slots) < allowed:
             waiter = self._next(d, limits, allowed, now)
             if waiter is None:
@@ -384,8 +386,6 @@ class LocalDeploymentState:
             self._remove(d, waiter.slot)
             d.slots[waiter.slot] = now + limits.lease
             d.held[waiter.slot] = _Held(waiter.priority, waiter.member, waiter.estimate, now)
-            if waiter.priority == BATCH:
-                d.batch.add(waiter.slot)
             d.last_served = d.service.get(waiter.member, 0.0)
             d.service[waiter.member] = d.last_served + waiter.estimate
             self._count_attempt(d, now, retry=waiter.retry)
@@ -398,8 +398,10 @@ class LocalDeploymentState:
             members = d.queues[priority]
             if not members:
                 continue
-            if priority == BATCH and len(d.batch) >= batch_cap(allowed, limits.reserve):
-                return None
+            if priority == BATCH:
+                batch = sum(1 for s in d.slots if self._is_batch(d, s))
+                if batch >= batch_cap(allowed, limits.reserve):
+                    return None
             heads = []
             for queue in list(members.values()):
                 head = next(iter(queue.values()))

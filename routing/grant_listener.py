@@ -43,7 +43,10 @@ class GrantListener:
                 await asyncio.wait_for(self._subscribed.wait(), 2.0)
 
     async def wait(self, slot: str, within: float) -> bool:
-        return await granted_within(self._futures.get(slot), within)
+        if not await granted_within(self._futures.get(slot), within):
+            return False  # still registered: `leave` forgets it
+        self.forget(slot)  # granted: nothing more to hear or sweep for it
+        return True
 
     def forget(self, slot: str) -> None:
         self._futures.pop(slot, None)

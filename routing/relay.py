@@ -116,12 +116,19 @@ class StreamRelay:
         return Result.CAPACITY if mentions_capacity(text) else Result.FAILURE
 
 
+def usage_tokens(usage: Any) -> tuple[int, int] | None:
+    """Tokens in and out from an upstream's `usage` object (None when there is none)."""
+    if not isinstance(usage, dict):
+        return None
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+
+
 def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
     """Tokens and cost from an upstream's `usage` object."""
-    if not isinstance(usage, dict):
+    tokens = usage_tokens(usage)
+    if tokens is None:
         return
-    call.tokens_in = count_tokens(usage.get("prompt_tokens"))
-    call.tokens_out = count_tokens(usage.get("completion_tokens"))
+    call.tokens_in, call.tokens_out = tokens
     call.cost = deployment.cost(call.tokens_in, call.tokens_out)
 
 
@@ -132,5 +139,5 @@ def estimated_usage(request: ClientRequest, chunks: int) -> dict[str, int]:
     return {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": chunks}
 
 
-def count_tokens(value: Any) -> int:
+def _count(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
