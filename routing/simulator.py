@@ -255,12 +255,15 @@ def parse_schedule(spec: str) -> list[ScheduleEntry]:
 class SimulatorConfig:
     models: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_MODELS))
     latency_ms: float = 0.0  # before answering, and before the first streamed chunk
+    # Each answer's latency is drawn uniformly within this fraction either side of
+    # latency_ms: real answers vary, and equal ones keep a full model's slots in lockstep.
+    latency_spread: float = 0.0
     token_latency_ms: float = 0.0  # between streamed token chunks
     output_tokens: int = 16
     rate_limit_probability: float = 0.0
     retry_after: int | None = None  # seconds; None sends the 429 without Retry-After
     schedule: list[ScheduleEntry] = field(default_factory=list)
-    seed: int | None = None  # seeds every random draw (rate limits and faults)
+    seed: int | None = None  # seeds every random draw (rate limits, faults, latencies)
     faults: list[FaultSpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -268,6 +271,7 @@ class SimulatorConfig:
             _model_name(name, "models")
             _number(cap, f"capacity of model {name!r}", int, 0)
         _number(self.latency_ms, "latency_ms", float, 0)
+        _number(self.latency_spread, "latency_spread", float, 0, 1)
         _number(self.token_latency_ms, "token_latency_ms", float, 0)
         _number(self.output_tokens, "output_tokens", int, 0)
         _number(self.rate_limit_probability, "rate_limit_probability", float, 0, 1)
@@ -312,6 +316,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: " + " ".join(f"{n}:{c}" for n, c in DEFAULT_MODELS.items()),
     )
     parser.add_argument("--latency-ms", default="0", help="delay before answering / first chunk")
+    parser.add_argument(
+        "--latency-spread",
+        default="0",
+        metavar="F",
+        help="each answer's latency drawn uniformly within F (0..1) of --latency-ms either side",
+    )
     parser.add_argument("--token-latency-ms", default="0", help="delay between streamed chunks")
     parser.add_argument("--output-tokens", default="16", help="completion tokens per answer")
     parser.add_argument(
@@ -342,7 +352,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="changes at T seconds after start: capacities and fault probabilities, "
         'e.g. "30:big=0,90:big=4,10:big!server_error=1,40:big!server_error=0"',
     )
-    parser.add_argument("--seed", default=None, help="seed for the rate-limit and fault draws")
+    parser.add_argument(
+        "--seed", default=None, help="seed for the rate-limit, fault and latency draws"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
@@ -372,6 +384,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
     return SimulatorConfig(
         models=models,
         latency_ms=_number(args.latency_ms, "--latency-ms", float, 0),
+        latency_spread=_number(args.latency_spread, "--latency-spread", float, 0, 1),
         token_latency_ms=_number(args.token_latency_ms, "--token-latency-ms", float, 0),
         output_tokens=_number(args.output_tokens, "--output-tokens", int, 0, 1_000_000),
         rate_limit_probability=_number(
@@ -395,7 +408,8 @@ def describe(config: SimulatorConfig, host: str, port: int) -> str:
     """The one line printed at start-up."""
     models = ", ".join(f"{n} (capacity {c})" for n, c in config.models.items()) or "no models"
     extras = [
-        f"latency {config.latency_ms:g} ms",
+        f"latency {config.latency_ms:g} ms"
+        + (f" ± {config.latency_spread:.0%}" if config.latency_spread else ""),
         f"token latency {config.token_latency_ms:g} ms",
         f"{config.output_tokens} output tokens",
     ]
@@ -644,6 +658,7 @@ class Simulator:
         self._rng = random.Random(config.seed)
         self._rl_probability = config.rate_limit_probability
         self._latency = config.latency_ms / 1000
+        self._spread = config.latency_spread
         self._token_latency = config.token_latency_ms / 1000
         self._ids = itertools.count(1)
         run = os.urandom(3).hex().encode()  # ids stay unique across restarts
@@ -1126,7 +1141,7 @@ class Simulator:
         first = self._fill(first, plan, ids) if first else b""
         token = self._fill(token, plan, ids)
         if self._latency:
-            await asyncio.sleep(self._latency)
+            await asyncio.sleep(self.draw_latency())
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         sent = plan.tokens // 2
         if self._token_latency:
@@ -1150,6 +1165,12 @@ class Simulator:
                 _MARK_TT, b"%d" % (plan.prompt_tokens + completion)
             )
         return out
+
+    def draw_latency(self) -> float:
+        """Seconds before this answer starts."""
+        if not self._spread:
+            return self._latency
+        return self._latency * (1 + self._spread * (2 * self._rng.random() - 1))
 
     def _ids_for(self, chat: bool) -> tuple[bytes, bytes]:
         prefix = self._chat_id_prefix if chat else self._cmpl_id_prefix
@@ -1271,7 +1292,7 @@ class Simulator:
 
     async def _answer(self, send: Send, plan: _Plan, model: str, guard: _Guard | None) -> None:
         if self._latency:
-            await asyncio.sleep(self._latency)
+            await asyncio.sleep(self.draw_latency())
         if plan.kind == "embedding":
             data = []
             for i, raw in enumerate(plan.inputs):
@@ -1369,7 +1390,7 @@ class Simulator:
         last = self._fill(last, plan, ids)
 
         if self._latency:
-            await asyncio.sleep(self._latency)
+            await asyncio.sleep(self.draw_latency())
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         first = self._fill(first, plan, ids) if first else b""
         delay = self._token_latency

@@ -207,10 +207,26 @@ def test_config_from_args() -> None:
     assert config_from_args(_args()).retry_after is None
 
 
+def test_latency_spread_draws_each_answer_around_the_latency() -> None:
+    config = config_from_args(
+        _args("--latency-ms", "200", "--latency-spread", "0.5", "--seed", "3")
+    )
+    app = Simulator(config)
+    draws = [app.draw_latency() for _ in range(400)]
+    assert all(0.1 <= d <= 0.3 for d in draws)
+    assert min(draws) < 0.11 and max(draws) > 0.29  # the whole range, not one value
+    assert sum(draws) / len(draws) == pytest.approx(0.2, abs=0.01)  # the mean stays
+    again = Simulator(config)
+    assert [again.draw_latency() for _ in range(400)] == draws  # seeded
+    fixed = Simulator(config_from_args(_args("--latency-ms", "200")))
+    assert {fixed.draw_latency() for _ in range(10)} == {0.2}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--latency-ms", "-1"], "--latency-ms must be >= 0"),
+        (["--latency-spread", "1.5"], "--latency-spread must be <= 1"),
         (["--rate-limit-probability", "1.5"], "--rate-limit-probability must be <= 1"),
         (["--output-tokens", "many"], "--output-tokens must be an integer"),
         (["--retry-after", "soon"], "--retry-after must be an integer"),
