@@ -77,7 +77,7 @@ class Outcome:
     queue_ms: float = 0.0  # of the call that was served (or refused, for interactive)
     latency: float = 0.0  # seconds from arrival until served
     refusals: int = 0  # answers with Retry-After before being served
-    lost: bool = False
+    lost: str = ""  # why: the exception, or the answer's status
 
 
 @dataclass
@@ -127,8 +127,8 @@ async def client(
                 await response.read()
                 status, retry_after = response.status, response.headers.get("Retry-After")
                 outcome.queue_ms = float(response.headers.get("X-Sluice-Queue-Ms", 0))
-        except aiohttp.ClientError:
-            outcome.lost = True
+        except aiohttp.ClientError as exc:
+            outcome.lost = type(exc).__name__
             return outcome
         now = time.monotonic() - start
         if status == 200:
@@ -137,7 +137,7 @@ async def client(
         if a.priority == "interactive":
             return outcome  # refused: interactive users do not wait minutes
         if retry_after is None or now > DRAIN_CAP + a.at:
-            outcome.lost = True
+            outcome.lost = f"status {status}"
             return outcome
         outcome.refusals += 1
         await asyncio.sleep(float(retry_after))
@@ -188,7 +188,9 @@ def report(runs: list[Run]) -> None:
         "  calls refused at least once",
         [str(sum(o.refusals > 0 for o in b)) for b in batch],
     )
-    row("  lost", [str(sum(o.lost for o in b)) for b in batch])
+    row("  lost", [str(sum(bool(o.lost) for o in b)) for b in batch])
+    for why in sorted({o.lost for r in runs for o in r.of("batch") if o.lost}):
+        row(f"    {why}", [str(sum(o.lost == why for o in b)) for b in batch])
     row(
         "  p50 / max time to served (s)",
         [
