@@ -115,6 +115,8 @@ class Stack:
                 "--workers",
                 str(workers),
                 "--no-access-log",
+                "--timeout-keep-alive",  # as README's production line
+                "75",
                 "--log-level",
                 "warning",
             ],

@@ -79,6 +79,9 @@ class Command(BaseCommand):
                     "--port",
                     str(port),
                     "--no-access-log",
+                    # Idle connections outlive the Retry-After we send (see README).
+                    "--timeout-keep-alive",
+                    "75",
                 ]
             ),
         ]
