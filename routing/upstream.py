@@ -52,9 +52,15 @@ async def open_response(
     timeout = aiohttp.ClientTimeout(
         total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
     )
-    return await session().post(
-        f"{upstream.base_url}/{path}", data=body, headers=headers, timeout=timeout
-    )
+    url = f"{upstream.base_url}/{path}"
+    try:
+        return await session().post(url, data=body, headers=headers, timeout=timeout)
+    except aiohttp.ServerDisconnectedError:
+        # Closed before any answer: mostly a pooled connection the upstream dropped as we
+        # reused it (its idle timeout is shorter than our pool's: uvicorn's is 5 s), so the
+        # request was never read. Sent again once, not as a failed attempt; a second drop
+        # is the upstream's failure.
+        return await session().post(url, data=body, headers=headers, timeout=timeout)
 
 
 def transport_error_class(exc: BaseException) -> ErrorClass:
