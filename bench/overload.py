@@ -287,8 +287,8 @@ def main() -> None:
                 ("noisy member absent", absent),
             ):
                 print(f"  {priority:12}{label:24}{''.join(f'{v:10.0f}' for v in figures)}")
-            # Call lengths are drawn at random, so the runs' times to served differ by more
-            # than the noise the member causes; its added wait is the clean measure.
+            # Call lengths are drawn at random: two runs' times to served differ by more than
+            # the noisy member adds, so the queue wait it adds is the measure.
             added = present[0] - absent[0]
             print(
                 f"  {'':12}{'added wait (mean)':24}{added:+10.0f}"
