@@ -122,16 +122,7 @@ class RedisQuotaCounters:
             await self._fallback.settle(deltas, lease_keys, slot)
 
     async def release(self, keys: list[str], slot: str) -> None:
-        if not keys:
-            return
-        try:
-            async with self._client().pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.zrem(key, slot)
-                await pipe.execute()
-        except (RedisError, OSError) as exc:
-            self.down(exc)
-            await self._fallback.release(keys, slot)
+        await self.settle([], keys, slot)
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
         now = time.time()
