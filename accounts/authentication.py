@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
-from routing.db import db_read
-from routing.errors import unauthorized
-from routing.refresh import RefreshingCache
+from core.db import db_read
+from core.errors import unauthorized
+from core.refresh import RefreshingCache
 
 _LAST_USED_EVERY = timedelta(minutes=1)
 

@@ -22,14 +22,14 @@ from django_ratelimit.core import get_usage
 from redis.exceptions import RedisError
 
 from accounts.authentication import Principal
+from core.background import spawn
+from core.errors import GatewayError, bad_request
+from core.leases import LeaseKeeper
+from core.outcomes import Outcome
 from quotas.counters import Check, LeaseLength, QuotaCounters, quota_counters
 from quotas.counters_redis import QuotaStoreDown, redis_down
 from quotas.limits import ScopeLimits, limits_for, period_starts
-from routing.background import spawn
 from routing.catalog import RouteSpec
-from routing.deployment_state import LeaseKeeper
-from routing.errors import GatewayError, bad_request
-from routing.models import Outcome
 from routing.payloads import ClientRequest, Endpoint
 
 CONCURRENCY_LEASE = LeaseLength(120.0)

@@ -21,8 +21,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import DateTimeField, DecimalField, GenericIPAddressField, Model
 from django.db.models.constants import OnConflict
 
+from core.outcomes import Outcome
 from quotas.models import UsageRollup
-from routing.models import Attempt, CallRecord, Outcome
+from routing.models import Attempt, CallRecord
 
 log = logging.getLogger("sluice.audit")
 
