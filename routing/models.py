@@ -79,6 +79,14 @@ class Route(models.Model):
     deployments = models.ManyToManyField(
         Deployment, through="RouteDeployment", related_name="routes"
     )
+    # Which applications may call this route (`application.routes` from the other side). The
+    # table keeps the name it had when accounts owned the grant, so no row moved.
+    applications = models.ManyToManyField(
+        "accounts.Application",
+        blank=True,
+        related_name="routes",
+        db_table="accounts_application_routes",
+    )
 
     def __str__(self) -> str:
         return self.name
