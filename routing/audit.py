@@ -22,6 +22,7 @@ from django.db.models import DateTimeField, DecimalField, GenericIPAddressField,
 from django.db.models.constants import OnConflict
 
 from core.outcomes import Outcome
+from quotas.admission import Ticket
 from quotas.models import UsageRollup
 from routing.models import Attempt, CallRecord
 
@@ -79,7 +80,7 @@ class CallLog:
     retries: int = 0
     fell_back: bool = False
     attempts: list[AttemptLog] = field(default_factory=list)
-    quota: Any = None  # the quota reservation to settle (quotas.admission.Ticket), not stored
+    quota: Ticket | None = None  # the quota reservation to settle, not stored
     team_id: int | None = None  # for the usage rollups
 
     @property
