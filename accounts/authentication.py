@@ -108,8 +108,3 @@ async def authenticate(plaintext: str | None) -> Principal:
     if principal.expires_at is not None and principal.expires_at <= timezone.now():
         raise unauthorized(f"API key {principal.prefix} has expired.")
     return principal
-
-
-def forget_cached_keys() -> None:
-    """For tests and for a worker told to drop what it knows."""
-    _principals.clear()

@@ -316,8 +316,8 @@ def _check_requests(usages: list[tuple[ScopeLimits, dict | None]], ticket: Ticke
 @functools.cache
 def _counted_in_memory() -> bool:
     """Without Redis the count is a dictionary update under a lock, no I/O: done in line.
-    A thread hop, or even a task, waits a turn of the busy event loop (+24 ms at p50 with
-    64 calls in flight, measured)."""
+    A thread hop, or even a task, waits a turn of the busy event loop, which under load adds
+    tens of milliseconds (bench/overhead.py --only limits shows it)."""
     return isinstance(caches[settings.RATELIMIT_USE_CACHE], LocMemCache)
 
 

@@ -346,8 +346,5 @@ class AuditWriter:
                 return
             await asyncio.sleep(0.2)
 
-    def pending(self) -> int:
-        return len(self._pending)
-
 
 audit_writer = AuditWriter()
