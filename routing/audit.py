@@ -331,13 +331,43 @@ def _write(batch: list[CallLog]) -> None:
             log.exception("audit row %s rejected by the database", entry.request_id)
 
 
+class RefusalSampler:
+    """Calls refused for a missing or unknown key, sampled: the first `per_second` each
+    second are recorded, the rest only counted, and the count rides on the next one
+    recorded ("+N like it not recorded"). A flood of garbage keys costs a few rows a
+    second, not one each; a real client's mistake is still in the trail."""
+
+    def __init__(self, per_second: int = 5) -> None:
+        self.per_second = per_second
+        self._second = 0
+        self._taken = 0
+        self.skipped = 0  # not recorded since the last one that was
+
+    def keep(self, call: CallLog) -> bool:
+        second = int(time.monotonic())
+        if second != self._second:
+            self._second, self._taken = second, 0
+        if self._taken >= self.per_second:
+            self.skipped += 1
+            return False
+        self._taken += 1
+        if self.skipped:
+            note = f" (+{self.skipped} like it not recorded)"
+            call.error_message = call.error_message[: 500 - len(note)] + note
+            self.skipped = 0
+        return True
+
+
 class AuditWriter:
     def __init__(self) -> None:
         self._pending: list[CallLog] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
         self._task: asyncio.Task[None] | None = None
+        self.unauthenticated = RefusalSampler()
 
     def record(self, call: CallLog) -> None:
+        if call.outcome == Outcome.UNAUTHORIZED and not self.unauthenticated.keep(call):
+            return
         if len(self._pending) >= _MAX_PENDING:
             log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
             return

@@ -10,6 +10,7 @@ Each step lives in its own module; this one only puts them in order.
 import asyncio
 import logging
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
@@ -20,7 +21,7 @@ from routing.audit import CallLog, new_request_id
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
-from routing.errors import GatewayError, error_message
+from routing.errors import GatewayError, database_unavailable, error_message
 from routing.models import Outcome
 from routing.payloads import Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
@@ -60,6 +61,13 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         result = await walk.run()
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
+        complete(call)
+        return _stamp(error.response(), call)
+    except DatabaseError:
+        # The database is away and the call needs it (a route or limits no worker cached).
+        log.warning("%s: database unavailable", call.request_id)
+        error = database_unavailable()
+        call.finish(outcome=error.outcome, status=error.status, error_message=error.code or "")
         complete(call)
         return _stamp(error.response(), call)
     except asyncio.CancelledError:
