@@ -7,7 +7,7 @@ parameters work without a Sluice release.
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -27,6 +27,9 @@ class ClientRequest:
     model: str
     stream: bool
     wants_usage: bool  # the client itself asked for the usage chunk of a stream
+    # The client's OpenAI account headers (OpenAI-Organization, …), for upstreams set to
+    # receive them.
+    account_headers: dict[str, str] = field(default_factory=dict)
 
 
 _NUMBER = (int, float)
