@@ -327,6 +327,9 @@ def _gateway(
         "--no-access-log",
         "--log-level",
         "warning",
+        # As in production (README): a deadline for request headers.
+        "--http",
+        "config.http_protocol:SluiceHttpProtocol",
     ]
     proc = _start(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", *args],

@@ -156,21 +156,64 @@ def _utc(ts: float):
 
 @pytest.fixture(scope="module")
 def impatient_gateway(e2e_database: str) -> Iterator[GatewayHandle]:
-    """A body must arrive within one second."""
-    yield from _gateway(e2e_database, extra_env={"SLUICE_BODY_SECONDS": "1"})
+    """Headers and body must each arrive within one second."""
+    env = {"SLUICE_BODY_SECONDS": "1", "SLUICE_HEADER_TIMEOUT": "1"}
+    yield from _gateway(e2e_database, extra_env=env)
+
+
+def _address(gateway: GatewayHandle) -> tuple[str, int]:
+    host, port = gateway.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def test_a_connection_that_never_speaks_is_closed(impatient_gateway):
+    with socket.create_connection(_address(impatient_gateway), timeout=5) as sock:
+        started = time.monotonic()
+        assert sock.recv(100) == b""  # closed by the server
+    assert 0.8 < time.monotonic() - started < 4
+
+
+def test_headers_trickled_a_byte_at_a_time_get_408_and_the_connection_closed(impatient_gateway):
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+    with socket.create_connection(_address(impatient_gateway), timeout=5) as sock:
+        started = time.monotonic()
+        answer = b""
+        try:
+            for byte in request:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.1)
+        except OSError:
+            pass  # closed under us: what we want
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"request_timeout" in answer
+    assert time.monotonic() - started < 4
+
+
+def test_a_client_that_sends_its_request_in_time_is_served(impatient_gateway, issue_key):
+    key = issue_key()
+    with httpx.Client(base_url=impatient_gateway.url) as client:
+        for _ in range(2):  # also on a kept-alive connection
+            response = client.get(
+                "/v1/models", headers={"authorization": f"Bearer {key.plaintext}"}
+            )
+            assert response.status_code == 200
+            time.sleep(1.5)  # idle between requests is the keep-alive's business, not ours
 
 
 def test_a_body_shorter_than_its_content_length_is_answered_408(impatient_gateway, issue_key):
     key = issue_key()
-    host, port = impatient_gateway.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
+    with socket.create_connection(_address(impatient_gateway), timeout=5) as sock:
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
             + f"Authorization: Bearer {key.plaintext}\r\n".encode()
             + b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model": '
         )
         started = time.monotonic()
-        answer = sock.recv(4096)
+        answer = b""
+        while chunk := sock.recv(4096):  # answered, then closed
+            answer += chunk
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert b"request_timeout" in answer and b"x-sluice-request-id" in answer.lower()
     assert time.monotonic() - started < 4
