@@ -6,6 +6,7 @@ worker within that time (plus the reload's milliseconds); expiry is checked agai
 cached expiry time on every request, so it is exact.
 """
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
-from core.db import db_read
+from core.db import db_read_on_request
 from core.errors import unauthorized
 from core.refresh import RefreshingCache
 
@@ -83,8 +84,25 @@ def _load(prefix: str) -> Principal | None:
     )
 
 
+# Prefixes no key has, remembered apart from the keys (a flood of made-up ones must not push
+# real keys out): a client retrying with a wrong key costs no query. Safe to keep a while:
+# a new key's prefix is random, so it was never looked up before it existed.
+_unknown: dict[str, float] = {}
+_MAX_UNKNOWN = 100_000
+
+
 async def _principal_for(prefix: str) -> Principal | None:
-    return await _principals.get(prefix, lambda: db_read(_load, prefix))
+    until = _unknown.get(prefix)
+    if until is not None:
+        if time.monotonic() < until:
+            return None
+        del _unknown[prefix]
+    principal = await _principals.get(prefix, lambda: db_read_on_request(_load, prefix))
+    if principal is None:
+        if len(_unknown) >= _MAX_UNKNOWN:
+            _unknown.clear()
+        _unknown[prefix] = time.monotonic() + settings.SLUICE_UNKNOWN_KEY_CACHE_SECONDS
+    return principal
 
 
 def presented_key(headers: dict[str, str]) -> str | None:

@@ -100,9 +100,14 @@ class Stack:
         return out.strip().splitlines()[-1]
 
     def gateway(
-        self, *, workers: int = 1, env: dict[str, str] | None = None
+        self,
+        *,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        http: str = "config.http_protocol:SluiceHttpProtocol",
     ) -> tuple[str, list[int]]:
-        """Start Sluice under uvicorn; its base URL and process ids."""
+        """Start Sluice under uvicorn (as README's production line; `http` names uvicorn's
+        protocol); its base URL and process ids."""
         port = free_port()
         proc = subprocess.Popen(
             [
@@ -117,6 +122,8 @@ class Stack:
                 "--no-access-log",
                 "--timeout-keep-alive",  # as README's production line
                 "75",
+                "--http",
+                http,
                 "--log-level",
                 "warning",
             ],

@@ -124,6 +124,13 @@ SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 
 # or editing a route takes effect on every worker within this many seconds.
 SLUICE_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_KEY_CACHE_SECONDS", 2))
 SLUICE_CATALOG_CACHE_SECONDS = float(os.environ.get("SLUICE_CATALOG_CACHE_SECONDS", 2))
+# How long a call waits on the database for something it needs and no worker has cached
+# (a key seen for the first time): past it, 503 with Retry-After.
+SLUICE_DB_REQUEST_SECONDS = float(os.environ.get("SLUICE_DB_REQUEST_SECONDS", 2))
+# How long an unknown key prefix is remembered as unknown (no database query for it).
+SLUICE_UNKNOWN_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_UNKNOWN_KEY_CACHE_SECONDS", 30))
+# How long a client may take to send the body it announced (408 after).
+SLUICE_BODY_SECONDS = float(os.environ.get("SLUICE_BODY_SECONDS", 30))
 # Audit rows are written in batches off the request path.
 SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
 # When Redis is unreachable, quotas are enforced by each worker on its own counters

@@ -1,10 +1,14 @@
 """Database reads from the async request path."""
 
+import asyncio
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connection
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+
+from core.errors import database_unavailable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,3 +32,14 @@ async def db_read(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`fn` in a worker thread (not the per-request thread Django would make), connection
     released afterwards."""
     return await sync_to_async(released(fn), thread_sensitive=False)(*args, **kwargs)
+
+
+async def db_read_on_request(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`db_read` for a call that waits on it: bounded by `SLUICE_DB_REQUEST_SECONDS`, and
+    an unreachable database (or a pool with no connection to give) is a 503 with
+    Retry-After, never a 500 after the pool's own timeout."""
+    try:
+        async with asyncio.timeout(settings.SLUICE_DB_REQUEST_SECONDS):
+            return await db_read(fn, *args, **kwargs)
+    except (TimeoutError, DatabaseError):
+        raise database_unavailable() from None

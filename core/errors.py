@@ -61,6 +61,22 @@ def capacity_exhausted(retry_after: int) -> GatewayError:
     )
 
 
+DATABASE_RETRY_AFTER = 5  # seconds
+
+
+def database_unavailable() -> GatewayError:
+    """The database did not answer in time for something the call needs (a key no worker
+    has cached, say): Sluice's outage, not the client's fault, and short-lived."""
+    return GatewayError(
+        503,
+        "Sluice cannot reach its database right now. Retry after the time in Retry-After.",
+        type="server_error",
+        code="database_unavailable",
+        outcome=Outcome.INTERNAL_ERROR,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+    )
+
+
 def json_object(content: bytes) -> dict | None:
     try:
         payload = json.loads(content)

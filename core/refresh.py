@@ -29,6 +29,9 @@ class RefreshingCache(Generic[V]):
         task = self._loading.get(key)
         if task is None or task.get_loop() is not asyncio.get_running_loop():
             task = asyncio.ensure_future(self._reload(key, load))
+            # Its failure is the awaiting request's to report, or none's (a stale value was
+            # served, the caller left): never "Task exception was never retrieved".
+            task.add_done_callback(_retrieve)
             self._loading[key] = task
         if hit is not None:
             return hit[1]
@@ -50,3 +53,8 @@ class RefreshingCache(Generic[V]):
 
     def clear(self) -> None:
         self._values.clear()
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -254,17 +254,30 @@ def _prefix() -> str:
     return settings.SLUICE_REDIS_PREFIX
 
 
+# what, error type, code, outcome. The `type` is one of OpenAI's own for a 429 ("requests",
+# "tokens", "insufficient_quota"), so clients that switch on it behave; Sluice's finer
+# reason is the `code`.
 _KIND_TEXT = {
-    "tpm": ("tokens per minute", "rate_limit_exceeded", Outcome.RATE_LIMITED),
-    "day": ("tokens per day", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
-    "month": ("tokens per month", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
-    "cost": ("USD per month", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
-    "concurrency": ("requests in flight", "concurrency_exceeded", Outcome.CONCURRENCY_LIMITED),
+    "tpm": ("tokens per minute", "tokens", "rate_limit_exceeded", Outcome.RATE_LIMITED),
+    "day": ("tokens per day", "insufficient_quota", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
+    "month": (
+        "tokens per month",
+        "insufficient_quota",
+        "budget_exceeded",
+        Outcome.BUDGET_EXCEEDED,
+    ),
+    "cost": ("USD per month", "insufficient_quota", "budget_exceeded", Outcome.BUDGET_EXCEEDED),
+    "concurrency": (
+        "requests in flight",
+        "requests",
+        "concurrency_exceeded",
+        Outcome.CONCURRENCY_LIMITED,
+    ),
 }
 
 
 def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> GatewayError:
-    what, code, outcome = _KIND_TEXT[counter.kind]
+    what, type_, code, outcome = _KIND_TEXT[counter.kind]
     limit = counter.check.limit
     wait = max(1, math.ceil(counter.resets_at - now))
     amount = _num(limit) if counter.kind != "cost" else f"{limit:.2f}"
@@ -280,7 +293,7 @@ def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> Gateway
         if needs > limit:
             message += " It can never fit: ask for fewer max_tokens."
     return GatewayError(
-        429, message, type=code, code=code, outcome=outcome, headers={"Retry-After": str(wait)}
+        429, message, type=type_, code=code, outcome=outcome, headers={"Retry-After": str(wait)}
     )
 
 
@@ -305,7 +318,7 @@ def _check_requests(usages: list[tuple[ScopeLimits, dict | None]], ticket: Ticke
             raise GatewayError(
                 429,
                 f"{scope.label()}: {limit} requests per minute. Resets in {_duration(wait)}.",
-                type="rate_limit_exceeded",
+                type="requests",
                 code="rate_limit_exceeded",
                 outcome=Outcome.RATE_LIMITED,
                 headers={"Retry-After": str(wait), **_request_headers(limit, 0, wait)},

@@ -10,7 +10,15 @@ from routing.models import Attempt, CallRecord, Deployment, Route, RouteDeployme
 
 @admin.register(Upstream)
 class UpstreamAdmin(admin.ModelAdmin):
-    list_display = ("name", "kind", "base_url", "api_key_env", "connect_timeout", "read_timeout")
+    list_display = (
+        "name",
+        "kind",
+        "base_url",
+        "api_key_env",
+        "connect_timeout",
+        "read_timeout",
+        "forward_openai_headers",
+    )
 
 
 @admin.register(Deployment)

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import DateTimeField, DecimalField, GenericIPAddressField, Model
 from django.db.models.constants import OnConflict
 
@@ -98,52 +98,73 @@ class CallLog:
         self.latency_ms = self.elapsed_ms()
 
     def call_row(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "created_at": self.created_at,
-            "member_id": self.member_id,
-            "member_email": self.member_email,
-            "application_id": self.application_id,
-            "application_slug": self.application_slug,
-            "key_prefix": self.key_prefix,
-            "priority": self.priority,
-            "queue_ms": None if self.queue_ms is None else round(self.queue_ms, 3),
-            "queue_position": self.queue_position,
-            "endpoint": self.endpoint,
-            "requested_model": self.requested_model[:200],
-            "served_deployment": self.served_deployment,
-            "upstream_model": self.upstream_model[:200],
-            "stream": self.stream,
-            "outcome": self.outcome,
-            "status_code": self.status_code,
-            "error_message": self.error_message,
-            "attempt_count": self.attempt_count,
-            "retries": self.retries,
-            "fell_back": self.fell_back,
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "cost": self.cost,
-            "latency_ms": round(self.latency_ms, 3),
-            "ttfb_ms": None if self.ttfb_ms is None else round(self.ttfb_ms, 3),
-            "client_ip": self.client_ip,
-        }
+        return _storable_strings(
+            {
+                "request_id": self.request_id,
+                "created_at": self.created_at,
+                "member_id": self.member_id,
+                "member_email": self.member_email,
+                "application_id": self.application_id,
+                "application_slug": self.application_slug,
+                "key_prefix": self.key_prefix,
+                "priority": self.priority,
+                "queue_ms": None if self.queue_ms is None else round(self.queue_ms, 3),
+                "queue_position": self.queue_position,
+                "endpoint": self.endpoint,
+                "requested_model": self.requested_model[:200],
+                "served_deployment": self.served_deployment,
+                "upstream_model": self.upstream_model[:200],
+                "stream": self.stream,
+                "outcome": self.outcome,
+                "status_code": self.status_code,
+                "error_message": self.error_message,
+                "attempt_count": self.attempt_count,
+                "retries": self.retries,
+                "fell_back": self.fell_back,
+                "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out,
+                "cost": self.cost,
+                "latency_ms": round(self.latency_ms, 3),
+                "ttfb_ms": None if self.ttfb_ms is None else round(self.ttfb_ms, 3),
+                "client_ip": self.client_ip,
+            }
+        )
 
     def attempt_rows(self) -> list[dict[str, Any]]:
         return [
-            {
-                "call_id": self.request_id,
-                "number": a.number,
-                "deployment": a.deployment,
-                "started_at": a.started_at,
-                "duration_ms": round(a.duration_ms, 3),
-                "status_code": a.status_code,
-                "error_class": a.error_class,
-                "retry_delay_ms": None if a.retry_delay_ms is None else round(a.retry_delay_ms, 3),
-                "retry_reason": a.retry_reason,
-                "skipped": a.skipped,
-            }
+            _storable_strings(
+                {
+                    "call_id": self.request_id,
+                    "number": a.number,
+                    "deployment": a.deployment,
+                    "started_at": a.started_at,
+                    "duration_ms": round(a.duration_ms, 3),
+                    "status_code": a.status_code,
+                    "error_class": a.error_class,
+                    "retry_delay_ms": None
+                    if a.retry_delay_ms is None
+                    else round(a.retry_delay_ms, 3),
+                    "retry_reason": a.retry_reason,
+                    "skipped": a.skipped,
+                }
+            )
             for a in self.attempts
         ]
+
+
+def storable(text: str) -> str:
+    """Text every database takes: lone surrogates (JSON allows `\\ud800`, UTF-8 does not)
+    and NUL characters (PostgreSQL refuses them) replaced."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+def _storable_strings(row: dict[str, Any]) -> dict[str, Any]:
+    for name, value in row.items():
+        if isinstance(value, str):
+            row[name] = storable(value)
+    return row
 
 
 _ADAPTED_FIELDS = (DateTimeField, DecimalField, GenericIPAddressField)
@@ -279,23 +300,64 @@ def _insert(batch: list[CallLog]) -> None:
         _upsert_rollups(_rollups(batch))
 
 
+class Unwritten(Exception):
+    """The database went away part way: these calls are still to be written."""
+
+    def __init__(self, calls: list[CallLog]) -> None:
+        super().__init__(f"{len(calls)} calls not written")
+        self.calls = calls
+
+
 def _write(batch: list[CallLog]) -> None:
-    """Raises only when the database is unreachable (the batch is then retried)."""
+    """Raises `Unwritten` only when the database is unreachable (those calls are then
+    retried). Any other error is a bad row, whatever the driver raised (a DatabaseError, or
+    a UnicodeEncodeError for a string it cannot send): the rows are then written one by one
+    and only the bad one is left out, so it can never hold the others back."""
     try:
         _insert(batch)
+        return
     except (OperationalError, InterfaceError):
         connection.close()  # reconnect on the next try
-        raise
-    except DatabaseError:
-        # One bad row must not hold the others back: write them one by one.
-        for entry in batch:
-            try:
-                _insert([entry])
-            except (OperationalError, InterfaceError):
-                connection.close()
-                raise
-            except DatabaseError:
-                log.exception("audit row %s rejected by the database", entry.request_id)
+        raise Unwritten(batch) from None
+    except Exception:
+        if len(batch) == 1:
+            log.exception("audit row %s rejected by the database", batch[0].request_id)
+            return
+    for i, entry in enumerate(batch):
+        try:
+            _insert([entry])
+        except (OperationalError, InterfaceError):
+            connection.close()
+            raise Unwritten(batch[i:]) from None
+        except Exception:
+            log.exception("audit row %s rejected by the database", entry.request_id)
+
+
+class RefusalSampler:
+    """Calls refused for a missing or unknown key, sampled: the first `per_second` each
+    second are recorded, the rest only counted, and the count rides on the next one
+    recorded ("+N like it not recorded"). A flood of garbage keys costs a few rows a
+    second, not one each; a real client's mistake is still in the trail."""
+
+    def __init__(self, per_second: int = 5) -> None:
+        self.per_second = per_second
+        self._second = 0
+        self._taken = 0
+        self.skipped = 0  # not recorded since the last one that was
+
+    def keep(self, call: CallLog) -> bool:
+        second = int(time.monotonic())
+        if second != self._second:
+            self._second, self._taken = second, 0
+        if self._taken >= self.per_second:
+            self.skipped += 1
+            return False
+        self._taken += 1
+        if self.skipped:
+            note = f" (+{self.skipped} like it not recorded)"
+            call.error_message = call.error_message[: 500 - len(note)] + note
+            self.skipped = 0
+        return True
 
 
 class AuditWriter:
@@ -303,8 +365,11 @@ class AuditWriter:
         self._pending: list[CallLog] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
         self._task: asyncio.Task[None] | None = None
+        self.unauthenticated = RefusalSampler()
 
     def record(self, call: CallLog) -> None:
+        if call.outcome == Outcome.UNAUTHORIZED and not self.unauthenticated.keep(call):
+            return
         if len(self._pending) >= _MAX_PENDING:
             log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
             return
@@ -333,10 +398,12 @@ class AuditWriter:
             return True
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, _write, batch)
-        except Exception:
-            log.exception("audit write failed; keeping %d calls to retry", len(batch))
-            self._pending[:0] = batch
+        except Unwritten as unwritten:
+            log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
+            self._pending[:0] = unwritten.calls
             return False
+        except Exception:  # a bug in the writer itself: never retry the same batch forever
+            log.exception("audit write failed; %d calls dropped", len(batch))
         return True
 
     async def flush(self) -> None:

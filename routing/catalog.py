@@ -20,6 +20,7 @@ class UpstreamSpec:
     api_key: str | None  # read from the environment at load time; never stored
     connect_timeout: float
     read_timeout: float
+    forward_openai_headers: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def _load() -> dict[str, RouteSpec]:
                         api_key=os.environ.get(u.api_key_env) if u.api_key_env else None,
                         connect_timeout=u.connect_timeout,
                         read_timeout=u.read_timeout,
+                        forward_openai_headers=u.forward_openai_headers,
                     ),
                     tier=d.tier,
                     max_concurrency=d.max_concurrency,

@@ -50,10 +50,10 @@ from routing.deployment_state import (
 )
 from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
-from routing.relay import OpenStream, usage_tokens
+from routing.relay import OpenStream, first_event, usage_tokens
 from routing.services import deployment_mark_misconfigured
 from routing.slot_policy import Claim, service
-from routing.upstream import UpstreamError, open_response, transport_error_class
+from routing.upstream import UpstreamError, open_response, passed_back, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
 
@@ -80,6 +80,7 @@ class Answer:
     status: int
     body: bytes
     payload: dict | None  # the parsed body of a success
+    headers: dict[str, str] = field(default_factory=dict)  # passed back (x-request-id, …)
 
 
 @dataclass
@@ -262,23 +263,54 @@ class ChainWalk:
         finally:
             self.call.queue_ms = (self.call.queue_ms or 0.0) + (time.monotonic() - started) * 1000
 
+    def _attempt_deadline(self, deployment: DeploymentSpec) -> float:
+        """When this attempt must have its answer (monotonic): the call's deadline, shared
+        with the deployments still after it in the chain, so one that hangs leaves them
+        room (a 60 s call on a chain of three gives the first 20 s, not all 60)."""
+        remaining = self._remaining()
+        chain = eligible_chain(self.route, self.fallback)
+        names = [d.name for d in chain]
+        later = 0
+        if deployment.name in names:
+            after = chain[names.index(deployment.name) + 1 :]
+            later = sum(1 for d in after if not self._too_small(d))
+        return time.monotonic() + remaining / (later + 1)
+
     async def _send(
         self, deployment: DeploymentSpec, attempt: AttemptLog
     ) -> Answer | OpenStream | Failure:
         started = time.perf_counter()
         body = upstream_body(self.request, deployment.model)
+        loop_deadline = asyncio.get_running_loop().time() + (
+            self._attempt_deadline(deployment) - time.monotonic()
+        )
         try:
-            # The deadline bounds the wait for the answer's head; a stream's body is then
-            # bounded by the upstream's read timeout between chunks instead.
-            async with asyncio.timeout(self._remaining()):
-                response = await open_response(deployment, self.request.endpoint.value, body)
+            # The attempt's deadline bounds the wait for the answer's head (and a stream's
+            # first event); a stream's body is then bounded by the upstream's read timeout
+            # between chunks instead.
+            async with asyncio.timeout_at(loop_deadline):
+                response = await open_response(
+                    deployment,
+                    self.request.endpoint.value,
+                    body,
+                    self.request.account_headers,
+                )
         except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             return self._failed(deployment, attempt, started, transport_error_class(exc))
         attempt.status_code = response.status
         if response.status == 200 and self.request.stream:
-            return OpenStream(deployment, response, attempt, started)
+            try:
+                async with asyncio.timeout_at(loop_deadline):
+                    first = await first_event(response)
+            except UpstreamError as exc:
+                response.close()
+                return self._failed(deployment, attempt, started, transport_error_class(exc))
+            if first is None:  # not an event stream of JSON: like a malformed body
+                response.close()
+                return self._failed(deployment, attempt, started, ErrorClass.MALFORMED, 200)
+            return OpenStream(deployment, response, attempt, started, first=first)
         try:
-            async with asyncio.timeout(self._remaining()):
+            async with asyncio.timeout_at(loop_deadline):
                 content = await response.read()
         except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             error_class: ErrorClass | None = transport_error_class(exc)
@@ -299,7 +331,7 @@ class ChainWalk:
             )
         attempt.duration_ms = (time.perf_counter() - started) * 1000
         self.call.ttfb_ms = self.call.elapsed_ms()
-        return Answer(deployment, 200, content, payload)
+        return Answer(deployment, 200, content, payload, passed_back(response.headers))
 
     def _failed(
         self,

@@ -10,10 +10,12 @@ duration and says so loudly: routing keeps working (each worker then judges depl
 what it sees itself) rather than failing every call.
 """
 
+import asyncio
 import logging
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
@@ -319,11 +321,12 @@ return {0, redis.call('ZCARD', K_QUEUE[class]), allowed_slots(), hold}
 _SWEEP = """
 for i = 7, #ARGV do redis.call('ZADD', K_HEARD, 'XX', now, ARGV[i]) end
 dispatch(nil)
-local granted = {}
+local granted, lost = {}, {}
 for i = 7, #ARGV do
-  if redis.call('ZSCORE', K_SLOTS, ARGV[i]) then granted[#granted + 1] = ARGV[i] end
+  if redis.call('ZSCORE', K_SLOTS, ARGV[i]) then granted[#granted + 1] = ARGV[i]
+  elseif redis.call('HEXISTS', K_WAITER, ARGV[i]) == 0 then lost[#lost + 1] = ARGV[i] end
 end
-return granted
+return {granted, lost}
 """
 
 _SNAPSHOT = """
@@ -365,6 +368,23 @@ _SCRIPTS = {
 }
 
 
+MOVE_CHECK_SECONDS = 1.0  # how often a waiter checks that its queue is still the live one
+
+
+@dataclass
+class _Waiting:
+    """A call queued here: enough to queue it again elsewhere."""
+
+    name: str
+    limits: Limits
+    claim: Claim
+    retry: bool
+    until: float  # wall clock: queued until then
+    local: bool  # in the in-process fallback (Redis was down when it queued or since)
+    lost: bool = False  # Redis no longer knows it (restarted without its data)
+    refused: bool = False  # queued again, and refused (breaker, budget): stop waiting
+
+
 class RedisDeploymentState:
     def __init__(self, url: str, prefix: str = "sluice") -> None:
         self.url = url
@@ -373,6 +393,10 @@ class RedisDeploymentState:
         self._scripts: dict[int, dict[str, Any]] = {}  # per client (and so per loop)
         self._fallback = LocalDeploymentState()
         self._failing_since: float | None = None
+        # Waiters survive Redis going and coming back: each is queued where grants come
+        # from now (Redis, or this worker's fallback), moved when that changes.
+        self._queued: dict[str, _Waiting] = {}
+        self._local_slots: set[str] = set()  # granted by the fallback: released there
 
     def _base(self, name: str) -> str:
         # The hash tag keeps a deployment's keys on one Redis Cluster slot.
@@ -406,18 +430,24 @@ class RedisDeploymentState:
 
     async def _run(self, script: str, name: str, limits: Limits, now: float, *args: Any) -> Any:
         client = self._client()
-        return await self._scripts[id(client)][script](
-            keys=self._keys(name),
-            args=[
-                now,
-                self._base(name),
-                self.channel,
-                limits.max_concurrency,
-                limits.lease,
-                limits.reserve,
-                *args,
-            ],
-        )
+        try:
+            result = await self._scripts[id(client)][script](
+                keys=self._keys(name),
+                args=[
+                    now,
+                    self._base(name),
+                    self.channel,
+                    limits.max_concurrency,
+                    limits.lease,
+                    limits.reserve,
+                    *args,
+                ],
+            )
+        except (RedisError, OSError) as exc:
+            self._down(exc)
+            raise
+        self._up()
+        return result
 
     def _down(self, exc: Exception) -> None:
         now = time.monotonic()
@@ -446,45 +476,134 @@ class RedisDeploymentState:
         now = time.time() if now is None else now
         args = (int(retry), slot, limits.retry_ratio, limits.retry_floor)
         args += (claim.priority, claim.member, claim.estimate, wait_until or 0)
+        waiting = _Waiting(name, limits, claim, retry, wait_until or 0.0, local=False)
         try:
             if wait_until is not None:
                 # Listen before joining: a grant published in between is not missed.
                 await grant_listener(self).expect(name, limits, slot)
             admitted, refusal, detail = await self._run("acquire", name, limits, now, *args)
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError):
             grant_listener(self).forget(slot)
-            self._down(exc)
-            return await self._fallback.acquire(
+            admission = await self._fallback.acquire(
                 name, limits, slot, retry=retry, claim=claim, wait_until=wait_until, now=now
             )
-        self._up()
+            if admission.admitted:
+                self._local_slots.add(slot)
+            elif admission.queued:
+                waiting.local = True
+                self._queued[slot] = waiting
+            return admission
         if admitted:
             grant_listener(self).forget(slot)
             return Admission(True)
         reason = refusal.decode()
         if reason == "queued":
+            self._queued[slot] = waiting
             return Admission(False, Refusal.CONCURRENCY, queued=True, position=int(detail))
         grant_listener(self).forget(slot)
         return Admission(False, Refusal(reason), float(detail))
 
     async def wait(self, name: str, slot: str, within: float) -> bool:
-        if self._failing_since is not None:
-            return await self._fallback.wait(name, slot, within)
-        return await grant_listener(self).wait(slot, within)
+        """Waits where the grant can come from, and moves with it: to this worker's own
+        state when Redis goes away (the calls in flight there are released into it), back
+        to Redis when it returns, and into Redis's queue again when Redis lost it."""
+        end = time.monotonic() + within
+        while (left := end - time.monotonic()) > 0:
+            waiting = self._queued.get(slot)
+            if waiting is None or waiting.refused:
+                return False
+            step = min(left, MOVE_CHECK_SECONDS)
+            if waiting.local:
+                granted = self._fallback_holds(name, waiting.limits, slot) or (
+                    await self._fallback.wait(name, slot, step)
+                )
+            else:
+                granted = await grant_listener(self).wait(slot, step)
+            if granted or await self._move(slot, waiting):
+                self._queued.pop(slot, None)
+                if self._fallback_holds(name, waiting.limits, slot):
+                    self._local_slots.add(slot)
+                return True
+        return False
+
+    def _fallback_holds(self, name: str, limits: Limits, slot: str) -> bool:
+        return slot in self._fallback._get(name, limits).slots
+
+    async def _move(self, slot: str, waiting: _Waiting) -> bool:
+        """Queue the waiter again where grants come from now; whether it got a slot."""
+        name, limits = waiting.name, waiting.limits
+        if not waiting.local and (self._failing_since is not None or waiting.lost):
+            grant_listener(self).forget(slot)
+            if waiting.lost and self._failing_since is None:
+                log.warning("Redis lost queued call %s; queueing it again", slot)
+                return await self._requeue(slot, waiting)
+            admission = await self._fallback.acquire(
+                name,
+                limits,
+                slot,
+                retry=waiting.retry,
+                claim=waiting.claim,
+                wait_until=waiting.until,
+            )
+            waiting.local = True
+            waiting.refused = not (admission.admitted or admission.queued)
+            return admission.admitted
+        if waiting.local and await self._reachable():
+            departure = await self._fallback.leave(name, limits, slot)
+            if departure.granted:
+                return True
+            return await self._requeue(slot, waiting)
+        return False
+
+    async def _requeue(self, slot: str, waiting: _Waiting) -> bool:
+        self._queued.pop(slot, None)
+        admission = await self.acquire(
+            waiting.name,
+            waiting.limits,
+            slot,
+            retry=waiting.retry,
+            claim=waiting.claim,
+            wait_until=waiting.until,
+        )
+        if not (admission.admitted or admission.queued):
+            waiting.refused = True
+            self._queued[slot] = waiting
+        return admission.admitted
+
+    async def _reachable(self) -> bool:
+        """Whether Redis answers again (checked by a waiter queued in the fallback)."""
+        if self._failing_since is None:
+            return True
+        try:
+            async with asyncio.timeout(MOVE_CHECK_SECONDS):
+                await self._client().ping()
+        except (RedisError, OSError, TimeoutError):
+            return False
+        self._up()
+        return True
 
     async def leave(
         self, name: str, limits: Limits, slot: str, *, now: float | None = None
     ) -> Departure:
         now = time.time() if now is None else now
         grant_listener(self).forget(slot)
+        waiting = self._queued.pop(slot, None)
+        if waiting is not None and waiting.local:
+            return self._local_departure(slot, await self._fallback.leave(name, limits, slot))
         try:
             granted, ahead, allowed, hold = await self._run("leave", name, limits, now, slot)
-        except (RedisError, OSError) as exc:
-            self._down(exc)
-            return await self._fallback.leave(name, limits, slot, now=now)
+        except (RedisError, OSError):
+            return self._local_departure(
+                slot, await self._fallback.leave(name, limits, slot, now=now)
+            )
         if granted:
             return Departure(granted=True)
         return Departure(False, queue_retry_after(int(ahead), int(allowed), float(hold)))
+
+    def _local_departure(self, slot: str, departure: Departure) -> Departure:
+        if departure.granted:
+            self._local_slots.add(slot)
+        return departure
 
     async def release(
         self,
@@ -497,11 +616,14 @@ class RedisDeploymentState:
         now: float | None = None,
     ) -> None:
         now = time.time() if now is None else now
+        if slot in self._local_slots:  # granted while Redis was away: freed where it was
+            self._local_slots.discard(slot)
+            await self._fallback.release(name, limits, slot, result, service=service, now=now)
+            return
         args = (slot, result.value, limits.threshold, limits.cooldown, limits.close_after)
         try:
             await self._run("release", name, limits, now, *args, "" if service is None else service)
-        except (RedisError, OSError) as exc:
-            self._down(exc)
+        except (RedisError, OSError):
             await self._fallback.release(name, limits, slot, result, service=service, now=now)
 
     async def sweep(
@@ -509,11 +631,17 @@ class RedisDeploymentState:
     ) -> list[str]:
         """Hand out slots whose leases ran out; which of `slots` are granted."""
         now = time.time() if now is None else now
-        granted = await self._run("sweep", name, limits, now, *slots)
+        granted, lost = await self._run("sweep", name, limits, now, *slots)
+        for slot in lost:  # its wait loop queues it again
+            waiting = self._queued.get(slot.decode())
+            if waiting is not None and not waiting.local:
+                waiting.lost = True
         return [s.decode() for s in granted]
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None:
         now = time.time()
+        if self._local_slots:
+            await self._fallback.renew(held)
         try:
             async with self._client().pipeline(transaction=False) as pipe:
                 for name, (limits, slots) in held.items():
@@ -526,7 +654,8 @@ class RedisDeploymentState:
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             self._down(exc)
-            await self._fallback.renew(held)
+            if not self._local_slots:
+                await self._fallback.renew(held)
 
     async def snapshot(self, name: str, limits: Limits, *, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now

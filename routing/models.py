@@ -20,6 +20,11 @@ class Upstream(models.Model):
     )
     connect_timeout = models.FloatField(default=5.0)
     read_timeout = models.FloatField(default=60.0)
+    forward_openai_headers = models.BooleanField(
+        default=False,
+        help_text="Pass the client's OpenAI-Organization, OpenAI-Project and OpenAI-Beta "
+        "headers on to this upstream (an OpenAI account that uses them).",
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -6,7 +6,8 @@ parameters work without a Sluice release.
 """
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -26,6 +27,9 @@ class ClientRequest:
     model: str
     stream: bool
     wants_usage: bool  # the client itself asked for the usage chunk of a stream
+    # The client's OpenAI account headers (OpenAI-Organization, …), for upstreams set to
+    # receive them.
+    account_headers: dict[str, str] = field(default_factory=dict)
 
 
 _NUMBER = (int, float)
@@ -47,13 +51,86 @@ _COMMON_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "metadata": ((dict,), "an object"),
 }
 _POSITIVE = {"max_tokens", "max_completion_tokens", "n"}
+# Upper bounds: far above what any upstream takes, low enough that the cost and token
+# arithmetic never overflows (10**400 tokens would).
+_MAX_INT = {"max_tokens": 2**31 - 1, "max_completion_tokens": 2**31 - 1, "n": 128}
+_INT64 = 2**63
+_MAX_NUMBER = 1e15  # temperature, penalties, …: anything finite, within reason
+# Arrays of inputs: OpenAI's own limit for embeddings; prompts alike.
+MAX_INPUTS = 2048
+
+
+class _NonFinite(float):
+    """A NaN or ±Infinity (Python's json reads them, JSON does not have them; a number too
+    large for a float reads as Infinity): marks where it sits, to name the field."""
+
+
+def _non_finite(text: str) -> float:
+    raise _SawNonFinite
+
+
+class _SawNonFinite(Exception):
+    pass
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 reads as inf
+        raise _SawNonFinite
+    return value
+
+
+def _marked(text: str) -> float:
+    value = float(text.replace("Infinity", "inf"))
+    return value if math.isfinite(value) else _NonFinite(value)
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        try:
+            return json.loads(raw, parse_constant=_non_finite, parse_float=_number)
+        except _SawNonFinite:
+            # Rare: read again, marking them, to name the field in the refusal.
+            body = json.loads(raw, parse_constant=_marked, parse_float=_marked)
+            for name, value in body.items() if isinstance(body, dict) else ():
+                if _find_non_finite(value):
+                    raise bad_request(
+                        f"'{name}' holds NaN or Infinity, which JSON does not allow.", param=name
+                    ) from None
+            raise bad_request("The request body holds NaN or Infinity.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise bad_request("The request body is nested too deeply.") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits, say
+        raise bad_request(f"The request body has a number out of range: {exc}.") from None
+
+
+def _find_non_finite(value: Any) -> bool:
+    if isinstance(value, _NonFinite):
+        return True
+    if isinstance(value, dict):
+        return any(_find_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_find_non_finite(v) for v in value)
+    return False
+
+
+def _unstorable(text: str) -> bool:
+    """A lone surrogate (valid in JSON's \\u escapes, not in UTF-8) or a NUL."""
+    if "\x00" in text:
+        return True
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def parse_request(endpoint: Endpoint, raw: bytes) -> ClientRequest:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+    body = _loads(raw)
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
 
@@ -62,6 +139,8 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ClientRequest:
         raise bad_request("You must provide a model parameter.", param="model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' must be a non-empty string.", param="model")
+    if _unstorable(model) or len(model) > 200:
+        raise bad_request("'model' is not a valid model name.", param="model")
 
     for name, value in body.items():
         spec = _COMMON_FIELDS.get(name)
@@ -72,6 +151,7 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ClientRequest:
             raise bad_request(f"'{name}' must be {readable}.", param=name)
         if name in _POSITIVE and value < 1:
             raise bad_request(f"'{name}' must be at least 1.", param=name)
+        _check_range(name, value)
     stop = body.get("stop")
     if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
         raise bad_request("'stop' must be a string or an array of strings.", param="stop")
@@ -89,6 +169,17 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ClientRequest:
     return ClientRequest(endpoint, body, model, stream, wants_usage)
 
 
+def _check_range(name: str, value: Any) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        top = _MAX_INT.get(name, _INT64 - 1)
+        if not -_INT64 <= value <= top:
+            raise bad_request(f"'{name}' is out of range (at most {top}).", param=name)
+    elif isinstance(value, float) and abs(value) > _MAX_NUMBER:
+        raise bad_request(f"'{name}' is out of range.", param=name)
+
+
 def _check_endpoint_fields(endpoint: Endpoint, body: dict[str, Any]) -> None:
     if endpoint is Endpoint.CHAT:
         messages = body.get("messages")
@@ -96,6 +187,10 @@ def _check_endpoint_fields(endpoint: Endpoint, body: dict[str, Any]) -> None:
             raise bad_request("You must provide 'messages'.", param="messages")
         if not isinstance(messages, list) or not messages:
             raise bad_request("'messages' must be a non-empty array.", param="messages")
+        if len(messages) > MAX_INPUTS * 16:
+            raise bad_request(
+                f"'messages' has more than {MAX_INPUTS * 16} items.", param="messages"
+            )
         for i, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise bad_request(
@@ -114,6 +209,8 @@ def _require_text_or_list(body: dict[str, Any], field: str) -> None:
         raise bad_request(f"You must provide '{field}'.", param=field)
     if not isinstance(value, str | list) or (isinstance(value, list) and not value):
         raise bad_request(f"'{field}' must be a string or a non-empty array.", param=field)
+    if isinstance(value, list) and len(value) > MAX_INPUTS:
+        raise bad_request(f"'{field}' may hold at most {MAX_INPUTS} items.", param=field)
 
 
 def upstream_body(request: ClientRequest, upstream_model: str) -> bytes:

@@ -31,17 +31,20 @@ def eligible_chain(route: RouteSpec, fallback: Fallback) -> tuple[DeploymentSpec
     return tuple(d for d in route.chain if d.tier == tier)
 
 
+MIN_MAX_WAIT = 0.1  # seconds: less leaves no time to call any upstream at all
+
+
 def deadline_for(policy: RetryPolicy, max_wait: str | None, *, now: float | None = None) -> float:
     """A monotonic deadline: the route's timeout, shortened by `X-Sluice-Max-Wait`."""
     budget = policy.timeout
-    if max_wait:
+    if max_wait is not None:
         try:
             wait = float(max_wait)
         except ValueError:
             wait = -1.0
-        if not 0 < wait <= 86_400 or wait != wait:
+        if not MIN_MAX_WAIT <= wait <= 86_400:  # NaN fails every comparison
             raise bad_request(
-                "X-Sluice-Max-Wait must be a number of seconds greater than 0.",
+                f"X-Sluice-Max-Wait must be a number of seconds from {MIN_MAX_WAIT} to 86400.",
                 param="X-Sluice-Max-Wait",
             )
         budget = min(budget, wait)

@@ -10,11 +10,12 @@ Each step lives in its own module; this one only puts them in order.
 import asyncio
 import logging
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from accounts.authentication import Principal, authenticate, presented_key
-from core.errors import GatewayError, error_message
+from core.errors import GatewayError, database_unavailable, error_message
 from core.outcomes import Outcome
 from quotas.admission import admit, enforce_ceilings
 from quotas.priority import priority_for
@@ -22,10 +23,11 @@ from routing.audit import CallLog, new_request_id
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
-from routing.payloads import Endpoint, parse_request
+from routing.payloads import ClientRequest, Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
 from routing.relay import OpenStream, StreamRelay, settle_usage
 from routing.slot_policy import claim_for
+from routing.upstream import account_headers, passed_back
 
 log = logging.getLogger("sluice.proxy")
 
@@ -39,7 +41,8 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
     try:
         principal = await authenticate(presented_key(request.headers))
         _identify(call, principal)
-        client_request = parse_request(endpoint, request.body)
+        client_request = await _parse(endpoint, request.body)
+        client_request.account_headers = account_headers(request.headers)
         call.requested_model, call.stream = client_request.model, client_request.stream
         route = await _route_for(principal, client_request.model)
         call.priority = priority_for(
@@ -60,6 +63,13 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         result = await walk.run()
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
+        complete(call)
+        return _stamp(error.response(), call)
+    except DatabaseError:
+        # The database is away and the call needs it (a route or limits no worker cached).
+        log.warning("%s: database unavailable", call.request_id)
+        error = database_unavailable()
+        call.finish(outcome=error.outcome, status=error.status, error_message=error.code or "")
         complete(call)
         return _stamp(error.response(), call)
     except asyncio.CancelledError:
@@ -89,7 +99,7 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
-        return _stamp(response, call)
+        return _stamp(response, call, passed_back(result.response.headers))
 
     if result.payload is not None:
         settle_usage(call, result.deployment, result.payload.get("usage"))
@@ -103,7 +113,9 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         )
     complete(call)
     return _stamp(
-        HttpResponse(result.body, status=result.status, content_type="application/json"), call
+        HttpResponse(result.body, status=result.status, content_type="application/json"),
+        call,
+        result.headers,
     )
 
 
@@ -137,7 +149,22 @@ async def _route_for(principal: Principal, model: str) -> RouteSpec:
     return route
 
 
-def _stamp(response: HttpResponseBase, call: CallLog) -> HttpResponseBase:
+# Bodies past this size are parsed on a thread: the event loop keeps serving other calls
+# (json's parser in C holds the GIL, but the float and constant hooks let it switch).
+_PARSE_INLINE_BYTES = 256 * 1024
+
+
+async def _parse(endpoint: Endpoint, raw: bytes) -> ClientRequest:
+    if len(raw) <= _PARSE_INLINE_BYTES:
+        return parse_request(endpoint, raw)
+    return await asyncio.to_thread(parse_request, endpoint, raw)
+
+
+def _stamp(
+    response: HttpResponseBase, call: CallLog, upstream: dict[str, str] | None = None
+) -> HttpResponseBase:
+    for name, value in (upstream or {}).items():
+        response[name] = value
     response["X-Sluice-Request-Id"] = call.request_id
     response["X-Sluice-Served-Model"] = call.served_deployment
     response["X-Sluice-Attempts"] = str(call.attempt_count)

@@ -18,17 +18,42 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
+from django.db import DatabaseError
 from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, ResolverMatch, get_resolver
 
-from core.errors import GatewayError
+from core.errors import GatewayError, database_unavailable
+from routing.audit import new_request_id
 
 log = logging.getLogger("sluice.proxy")
 
 
 class BodyTooLarge(Exception):
     pass
+
+
+class BodyTooSlow(Exception):
+    pass
+
+
+def _too_slow() -> HttpResponse:
+    seconds = settings.SLUICE_BODY_SECONDS
+    response = GatewayError(
+        408,
+        f"The request body did not arrive within {seconds:g} seconds.",
+        code="request_timeout",
+    ).response()
+    response["Connection"] = "close"
+    return response
+
+
+def _with_request_id(response: HttpResponseBase) -> HttpResponseBase:
+    """Every answer carries a request id, also those that never reach the proxy's path
+    (401 from /v1/models, unknown paths, wrong methods, 408, 413)."""
+    if "X-Sluice-Request-Id" not in response:
+        response["X-Sluice-Request-Id"] = new_request_id()
+    return response
 
 
 def _too_large() -> HttpResponse:
@@ -59,16 +84,19 @@ class ProxyHandler(ASGIHandler):
         except RequestAborted:
             return
         except BodyTooLarge:
-            await self.send_response(_too_large(), send)
+            await self.send_response(_with_request_id(_too_large()), send)
+            return
+        except BodyTooSlow:
+            await self.send_response(_with_request_id(_too_slow()), send)
             return
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             body_file.close()
-            await self.send_response(error_response, send)
+            await self.send_response(_with_request_id(error_response), send)
             return
 
         async def respond() -> None:
-            response = await self._respond(request)
+            response = _with_request_id(await self._respond(request))
             try:
                 with contextlib.suppress(asyncio.CancelledError):  # client left mid-answer
                     await self.send_response(response, send)
@@ -102,19 +130,27 @@ class ProxyHandler(ASGIHandler):
             max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b"
         )
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                body_file.close()
-                raise RequestAborted
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                body_file.close()
-                raise BodyTooLarge
-            body_file.write(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            # A client that announces more than it sends holds a connection and a task:
+            # bounded in time like a slow upload.
+            async with asyncio.timeout(settings.SLUICE_BODY_SECONDS):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise RequestAborted
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLarge
+                    body_file.write(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            body_file.close()
+            raise BodyTooSlow from None
+        except BaseException:
+            body_file.close()
+            raise
         body_file.seek(0)
         return body_file
 
@@ -129,6 +165,9 @@ class ProxyHandler(ASGIHandler):
             return await match.func(request, *match.args, **match.kwargs)
         except asyncio.CancelledError:
             raise
+        except DatabaseError:
+            log.warning("database unavailable on %s %s", request.method, request.path)
+            return database_unavailable().response()
         except Exception:
             # Logged with its traceback here; the client gets the shape, never the trace.
             log.exception("unhandled error on %s %s", request.method, request.path)

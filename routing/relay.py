@@ -19,7 +19,7 @@ from routing.completion import complete
 from routing.deployment_state import Result
 from routing.payloads import ClientRequest
 from routing.slot_policy import service
-from routing.stream_tap import StreamTap
+from routing.stream_tap import StreamTap, data_of
 from routing.upstream import UpstreamError, transport_error_class
 
 
@@ -34,6 +34,35 @@ class OpenStream:
     # Frees the deployment's slot, tells its breaker how the stream went and its queue the
     # weighted tokens served.
     release: Callable[[Result, float | None], Awaitable[None]] | None = None
+    first: bytes = b""  # read before the stream was accepted (its first event), to relay
+
+
+_FIRST_EVENT_LIMIT = 64 * 1024
+
+
+async def first_event(response: aiohttp.ClientResponse) -> bytes | None:
+    """The stream's bytes up to its first `data:` event, or None when that event is not
+    JSON (an HTML error page from a proxy, say) or the stream ends without one: checked
+    before any byte reaches the client, so such an answer can still fall back."""
+    buffer = b""
+    while True:
+        chunk = await response.content.readany()
+        if not chunk:
+            return None
+        buffer += chunk
+        for event in buffer.split(b"\n\n")[:-1]:
+            data = data_of(event)
+            if data is None:
+                continue  # a comment or keep-alive
+            if data == b"[DONE]":
+                return buffer
+            try:
+                json.loads(data)
+            except ValueError:
+                return None
+            return buffer
+        if len(buffer) > _FIRST_EVENT_LIMIT:
+            return None
 
 
 class StreamRelay:
@@ -59,6 +88,11 @@ class StreamRelay:
     async def _relay(self) -> AsyncIterator[bytes]:
         outcome, status, message = Outcome.SUCCESS, 200, ""
         try:
+            if self.stream.first:
+                self.call.ttfb_ms = self.call.elapsed_ms()
+                out = self.tap.feed(self.stream.first)
+                if out:
+                    yield out
             async for data in self.stream.response.content.iter_any():
                 if self.call.ttfb_ms is None:
                     self.call.ttfb_ms = self.call.elapsed_ms()

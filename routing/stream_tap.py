@@ -29,54 +29,68 @@ class StreamTap:
             self._buffer = buffer
             return b""
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
+        chunks = complete.count(b"data: {")
         if (
             self.model
             and self.forward_usage
             and b'"error"' not in complete
             and not any(u in complete for u in _USAGE_OBJECT)
+            and complete.count(b"data:") == chunks + complete.count(b"data: [DONE]")
         ):
             # The common case: nothing to learn, pass the bytes on as they are.
-            self.chunks += complete.count(b"data: {")
+            self.chunks += chunks
             return complete
-        kept = [event for event in complete.split(_EVENT_END) if event and self._keep(event)]
-        return b"".join(event + _EVENT_END for event in kept)
+        kept = [self._keep(event) for event in complete.split(_EVENT_END) if event]
+        return b"".join(event + _EVENT_END for event in kept if event is not None)
 
     def flush(self) -> bytes:
         """Whatever is left when the upstream closes (a last event without its blank line)."""
         rest, self._buffer = self._buffer, b""
-        if rest.strip() and self._keep(rest.rstrip(b"\n")):
-            return rest.rstrip(b"\n") + _EVENT_END
+        if rest.strip():
+            kept = self._keep(rest.rstrip(b"\n"))
+            if kept is not None:
+                return kept + _EVENT_END
         return b""
 
-    def _keep(self, event: bytes) -> bool:
-        data = _data_of(event)
+    def _keep(self, event: bytes) -> bytes | None:
+        """The event to pass on (itself, or an error event in place of a malformed one), or
+        None to drop it."""
+        data = data_of(event)
         if data is None or data == b"[DONE]":
-            return True
+            return event
         is_usage = any(u in data for u in _USAGE_OBJECT)
-        if self.model and not is_usage and b'"error"' not in data:
+        if self.model and not is_usage and b'"error"' not in data and data[:1] == b"{":
             self.chunks += 1
-            return True
+            return event
         try:
             payload = json.loads(data)
         except ValueError:
-            return True
+            payload = None
         if not isinstance(payload, dict):
-            return True
+            # Not an OpenAI event (an HTML error page mid-stream, say): the client's SDK
+            # would fail to parse it; it gets an error event it recognises instead.
+            self.error = {
+                "message": "The upstream sent a malformed stream event.",
+                "type": "server_error",
+                "code": "malformed_stream",
+                "param": None,
+            }
+            return b"data: " + json.dumps({"error": self.error}).encode()
         if isinstance(payload.get("error"), dict):
             self.error = payload["error"]
-            return True
+            return event
         self.model = self.model or str(payload.get("model") or "")
         usage = payload.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
             if not self.forward_usage and not payload.get("choices"):
-                return False  # the usage-only chunk the client did not ask for
+                return None  # the usage-only chunk the client did not ask for
         if payload.get("choices"):
             self.chunks += 1
-        return True
+        return event
 
 
-def _data_of(event: bytes) -> bytes | None:
+def data_of(event: bytes) -> bytes | None:
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):
             return line[5:].strip()

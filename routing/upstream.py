@@ -6,6 +6,7 @@ so its CPU per request grows with concurrency; aiohttp's stays flat and several 
 """
 
 import asyncio
+from collections.abc import Mapping
 
 import aiohttp
 
@@ -40,13 +41,35 @@ async def close_sessions() -> None:
         await found.close()
 
 
+# A client's OpenAI account headers, passed on only to upstreams configured to take them.
+OPENAI_ACCOUNT_HEADERS = ("openai-organization", "openai-project", "openai-beta")
+# What an upstream says about its answer that an OpenAI client reads (the SDK's
+# `_request_id`), passed back as they came.
+PASSED_BACK = ("x-request-id", "openai-processing-ms")
+
+
+def account_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: headers[name] for name in OPENAI_ACCOUNT_HEADERS if headers.get(name)}
+
+
+def passed_back(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: headers[name] for name in PASSED_BACK if name in headers}
+
+
 async def open_response(
-    deployment: DeploymentSpec, path: str, body: bytes
+    deployment: DeploymentSpec,
+    path: str,
+    body: bytes,
+    client_headers: Mapping[str, str] | None = None,
 ) -> aiohttp.ClientResponse:
     """Send the request and return once the status and headers are in; the body is read
-    (or streamed) by the caller, who must release the response."""
+    (or streamed) by the caller, who must release the response. `client_headers` (the
+    client's OpenAI account headers) go only to an upstream set to receive them; the
+    client's own Authorization never goes anywhere."""
     upstream = deployment.upstream
     headers = {"content-type": "application/json", "accept": "application/json"}
+    if client_headers and upstream.forward_openai_headers:
+        headers |= {k: v for k, v in client_headers.items() if k in OPENAI_ACCOUNT_HEADERS}
     if upstream.api_key:
         headers["authorization"] = f"Bearer {upstream.api_key}"
     timeout = aiohttp.ClientTimeout(

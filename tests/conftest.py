@@ -42,8 +42,10 @@ def wait_until(check: Callable[[], T | None], *, timeout: float = 10.0, every: f
         time.sleep(every)
 
 
-def _start(args: list[str], *, url: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    proc = subprocess.Popen(args, cwd=ROOT, env=env)
+def _start(
+    args: list[str], *, url: str, env: dict[str, str] | None = None, stderr: Any = None
+) -> subprocess.Popen:
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=stderr)
     try:
         wait_until(
             lambda: proc.poll() is None and httpx.get(url, timeout=1).status_code < 500, timeout=30
@@ -296,7 +298,14 @@ class GatewayHandle:
     max_body_bytes: int
 
 
-def _gateway(database_url: str, *, workers: int = 1) -> Iterator[GatewayHandle]:
+def _gateway(
+    database_url: str,
+    *,
+    workers: int = 1,
+    extra_env: dict[str, str] | None = None,
+    stderr: Any = None,
+) -> Iterator[GatewayHandle]:
+    """A gateway under uvicorn; `extra_env` and `stderr` for tests that need their own."""
     port = free_port()
     max_body = 64 * 1024
     env = os.environ | {
@@ -306,6 +315,7 @@ def _gateway(database_url: str, *, workers: int = 1) -> Iterator[GatewayHandle]:
         "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
         # Breakers opened by an earlier run must not be seen by this one.
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+        **(extra_env or {}),
     }
     args = [
         "--host",
@@ -317,11 +327,15 @@ def _gateway(database_url: str, *, workers: int = 1) -> Iterator[GatewayHandle]:
         "--no-access-log",
         "--log-level",
         "warning",
+        # As in production (README): a deadline for request headers.
+        "--http",
+        "config.http_protocol:SluiceHttpProtocol",
     ]
     proc = _start(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", *args],
         url=f"http://127.0.0.1:{port}/healthz",
         env=env,
+        stderr=stderr,
     )
     yield GatewayHandle(f"http://127.0.0.1:{port}", max_body)
     _stop(proc)

@@ -261,7 +261,7 @@ def test_tokens_per_minute_refusal():
     counter = planned(scope(tokens_per_minute=60), "tpm")
     error = _refusal(counter, 50, 20, NOW)
     assert error.status == 429
-    assert (error.type, error.code) == ("rate_limit_exceeded", "rate_limit_exceeded")
+    assert (error.type, error.code) == ("tokens", "rate_limit_exceeded")
     assert error.outcome == Outcome.RATE_LIMITED
     assert error.headers == {"Retry-After": "30"}
     assert error.message == (
@@ -296,7 +296,7 @@ def test_token_budget_refusals(kind, limits, what, wait):
     month_end = ts("2026-07-01T00:00:00+00:00")
     wait = wait if wait is not None else math.ceil(month_end - NOW)
     assert error.status == 429
-    assert (error.type, error.code) == ("budget_exceeded", "budget_exceeded")
+    assert (error.type, error.code) == ("insufficient_quota", "budget_exceeded")
     assert error.outcome == Outcome.BUDGET_EXCEEDED
     assert error.headers == {"Retry-After": str(wait)}
     assert error.message == (
@@ -316,7 +316,7 @@ def test_cost_refusal():
     counter = planned(scope("member", "ada@example.com", cost_per_month=5), "cost", cost=0.25)
     error = _refusal(counter, 4.9, 20, NOW)
     wait = math.ceil(ts("2026-07-01T00:00:00+00:00") - NOW)
-    assert (error.status, error.type, error.code) == (429, "budget_exceeded", "budget_exceeded")
+    assert (error.status, error.type, error.code) == (429, "insufficient_quota", "budget_exceeded")
     assert error.outcome == Outcome.BUDGET_EXCEEDED
     assert error.headers == {"Retry-After": str(wait)}
     assert error.message == (
@@ -332,11 +332,8 @@ def test_cost_refusal():
 def test_concurrency_refusal():
     counter = planned(scope("key", "sk-abc123", max_concurrency=2), "concurrency")
     error = _refusal(counter, 2, 20, NOW)
-    assert (error.status, error.type, error.code) == (
-        429,
-        "concurrency_exceeded",
-        "concurrency_exceeded",
-    )
+    # OpenAI's type for a 429, Sluice's reason as the code.
+    assert (error.status, error.type, error.code) == (429, "requests", "concurrency_exceeded")
     assert error.outcome == Outcome.CONCURRENCY_LIMITED
     assert error.headers == {"Retry-After": "1"}
     assert error.message == (

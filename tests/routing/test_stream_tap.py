@@ -285,3 +285,19 @@ def test_flush_with_nothing_left_returns_nothing(rest: bytes) -> None:
     tap = StreamTap(forward_usage=True)
     assert tap.feed(data + rest) == data
     assert tap.flush() == b""
+
+
+@pytest.mark.parametrize("forward_usage", [True, False])
+@pytest.mark.parametrize("garbage", [b"<html>upstream proxy error</html>", b"[1, 2]", b"oops"])
+def test_a_malformed_event_mid_stream_becomes_an_openai_error_event(
+    forward_usage: bool, garbage: bytes
+) -> None:
+    """An SDK parses every data line as JSON: garbage would raise a bare decode error."""
+    tap = StreamTap(forward_usage=forward_usage)
+    first = _event(_chunk([{"index": 0, "delta": {"content": "Hi"}}]), compact=True)
+    out = tap.feed(first) + tap.feed(first) + tap.feed(b"data: " + garbage + b"\n\n")
+    events = [e for e in out.split(b"\n\n") if e]
+    assert events[:2] == [first.strip(), first.strip()]
+    error = json.loads(events[2].removeprefix(b"data: "))["error"]
+    assert (error["type"], error["code"]) == ("server_error", "malformed_stream")
+    assert tap.error is not None and garbage not in out

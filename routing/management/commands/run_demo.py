@@ -83,6 +83,9 @@ class Command(BaseCommand):
                     # Idle connections outlive the Retry-After we send (see README).
                     "--timeout-keep-alive",
                     "75",
+                    # Headers must arrive within SLUICE_HEADER_TIMEOUT (10 s).
+                    "--http",
+                    "config.http_protocol:SluiceHttpProtocol",
                 ],
                 cwd=settings.BASE_DIR,
             ),

@@ -1,0 +1,75 @@
+"""The audit writer against the real database: one bad row never holds the others back,
+whatever the driver raises, and strings a database cannot store are made storable."""
+
+import asyncio
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+
+from core.db import db_read
+from quotas.models import UsageRollup
+from routing.audit import AuditWriter, CallLog, _write
+from routing.models import CallRecord
+
+
+def _call(model: str = "fast", prefix: str | None = None) -> CallLog:
+    call = CallLog(
+        request_id=f"req_{uuid.uuid4().hex}", endpoint="chat/completions", client_ip=None
+    )
+    call.key_prefix = prefix or uuid.uuid4().hex[:12]
+    call.member_id, call.requested_model, call.served_deployment = 1, model, "small"
+    call.tokens_in, call.tokens_out, call.cost = 3, 5, Decimal("0.25")
+    return call
+
+
+def _written(calls: list[CallLog]) -> set[str]:
+    ids = [c.request_id for c in calls]
+    return set(CallRecord.objects.filter(request_id__in=ids).values_list("request_id", flat=True))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("poison", ["fast\ud800", "fast\x00", "\udfff" * 3])
+def test_a_lone_surrogate_or_nul_is_stored_replaced_with_the_rest_of_the_batch(poison):
+    prefix = uuid.uuid4().hex[:12]
+    calls = [_call(prefix=prefix), _call(poison, prefix=prefix), _call(prefix=prefix)]
+    _write(calls)
+    assert _written(calls) == {c.request_id for c in calls}
+    stored = CallRecord.objects.get(request_id=calls[1].request_id).requested_model
+    assert stored.startswith(("fast", "?", "\ufffd")) and "\x00" not in stored
+    stored.encode("utf-8")  # storable, and readable back
+    rollup = UsageRollup.objects.get(key_prefix=prefix)
+    assert (rollup.requests, rollup.tokens_out) == (3, 15)
+
+
+@pytest.mark.django_db
+def test_any_error_writing_a_batch_isolates_the_bad_row_and_writes_the_rest():
+    """Not only DatabaseError: here the row cannot even be prepared (a TypeError)."""
+    prefix = uuid.uuid4().hex[:12]
+    bad = _call(prefix=prefix)
+    bad.created_at = "not a date"  # type: ignore[assignment]
+    calls = [_call(prefix=prefix), bad, _call(prefix=prefix)]
+    _write(calls)  # never raises for a bad row
+    assert _written(calls) == {calls[0].request_id, calls[2].request_id}
+    assert UsageRollup.objects.get(key_prefix=prefix).requests == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_writer_goes_on_after_a_poisoned_row_instead_of_retrying_it_forever():
+    writer = AuditWriter()
+    bad = _call()
+    bad.created_at = "not a date"  # type: ignore[assignment]
+    first = [_call("fast\ud800"), bad, _call()]
+    for call in first:
+        writer.record(call)
+    await writer.flush()
+    later = [_call(), _call()]
+    for call in later:
+        writer.record(call)
+    await writer.flush()
+    assert writer.pending() == 0
+    # The writer's thread keeps its connection: close it, or the test database cannot go.
+    await asyncio.get_running_loop().run_in_executor(writer._executor, lambda: connection.close())
+    written = await db_read(_written, first + later)
+    assert written == {c.request_id for c in first + later if c is not bad}
