@@ -13,7 +13,7 @@ from django.db.models import Q, Sum
 from accounts.authentication import Principal
 from quotas.models import Limit, Scope, UsageRollup
 from routing.db import db_read
-from routing.refresh import RefreshingCache
+from routing.refresh import LIMITS, RefreshingCache
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _recorded_usage(
 
 
 _limits: RefreshingCache[tuple[ScopeLimits, ...]] = RefreshingCache(
-    lambda: settings.SLUICE_KEY_CACHE_SECONDS
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=LIMITS
 )
 
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from routing.db import db_read
 from routing.deployment_state import Limits
 from routing.models import Route
-from routing.refresh import RefreshingCache
+from routing.refresh import CATALOG, RefreshingCache
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _load() -> dict[str, RouteSpec]:
 class Catalog:
     def __init__(self) -> None:
         self._cache: RefreshingCache[dict[str, RouteSpec]] = RefreshingCache(
-            lambda: settings.SLUICE_CATALOG_CACHE_SECONDS
+            lambda: settings.SLUICE_CATALOG_CACHE_SECONDS, name=CATALOG
         )
 
     async def routes(self) -> dict[str, RouteSpec]:

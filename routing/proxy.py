@@ -21,6 +21,7 @@ from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
 from routing.errors import GatewayError, error_message
+from routing.grant_listener import listen_for_changes
 from routing.models import Outcome
 from routing.payloads import Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
@@ -36,6 +37,7 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         endpoint=endpoint.value,
         client_ip=request.META.get("REMOTE_ADDR"),
     )
+    listen_for_changes()
     try:
         principal = await authenticate(presented_key(request.headers))
         _identify(call, principal)

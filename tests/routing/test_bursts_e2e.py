@@ -53,8 +53,13 @@ def burst_config(
         + [
             {"name": f"one-{m}", "upstream": "faulty", "model": m}
             for m in ("srv", "reset", "garbage", "hang")
+        ]
+        + [
+            {"name": "stale-a", "upstream": "faulty", "model": "ok"},
+            {"name": "stale-b", "upstream": "faulty", "model": "ok2"},
         ],
         "routes": [
+            {"name": "stale", "chain": ["stale-a", "stale-b"]},
             {"name": "burst", "chain": ["burst64"]},
             {"name": "tight", "chain": ["tight4"]},
         ]
@@ -66,7 +71,15 @@ def burst_config(
             {
                 "slug": "bursts",
                 "team": "demo",
-                "routes": ["burst", "tight", "one-srv", "one-reset", "one-garbage", "one-hang"],
+                "routes": [
+                    "burst",
+                    "tight",
+                    "stale",
+                    "one-srv",
+                    "one-reset",
+                    "one-garbage",
+                    "one-hang",
+                ],
             }
         ],
     }
@@ -231,3 +244,81 @@ def test_timeouts_on_a_one_deployment_route_are_504(gateway, burst_config, issue
     )
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "upstream_timeout"
+
+
+# --- point 3: bounded staleness ------------------------------------------------------------
+
+CACHE_SECONDS = 2.0  # SLUICE_KEY_CACHE_SECONDS and SLUICE_CATALOG_CACHE_SECONDS
+
+
+def _stale_call(gateway: GatewayHandle, key: str) -> httpx.Response:
+    """On a new connection, so both workers take some."""
+    with httpx.Client(timeout=30) as client:
+        return _post(client, gateway.url, key, "stale", "interactive")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_revoked_key_is_refused_by_the_first_call_after_an_idle_spell(
+    request, workers, burst_config, issue_key, committed_db
+):
+    """Before: the first call after an idle spell was answered with the cached key of any
+    age (200), and only the next one saw the revocation."""
+    from accounts.services import key_revoke
+
+    gateway = _gateway(request, workers)
+    issued = issue_key("bursts")
+    for _ in range(6):
+        assert _stale_call(gateway, issued.plaintext).status_code == 200
+    time.sleep(CACHE_SECONDS + 0.3)  # idle longer than the time to live
+    key_revoke(prefix=issued.prefix)
+    assert _stale_call(gateway, issued.plaintext).status_code == 401
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_drained_deployment_is_passed_by_from_the_first_call_after_the_ttl(
+    request, workers, burst_config, issue_key, committed_db
+):
+    from routing.services import deployment_drain
+
+    gateway = _gateway(request, workers)
+    key = issue_key("bursts").plaintext
+    for _ in range(6):
+        assert _stale_call(gateway, key).headers["x-sluice-served-model"] == "stale-a"
+    time.sleep(CACHE_SECONDS + 0.3)
+    deployment_drain(name="stale-a", minutes=5)
+    try:
+        assert _stale_call(gateway, key).headers["x-sluice-served-model"] == "stale-b"
+    finally:
+        deployment_drain(name="stale-a", minutes=None)
+    time.sleep(CACHE_SECONDS + 0.3)
+    assert _stale_call(gateway, key).headers["x-sluice-served-model"] == "stale-a"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_with_redis_every_worker_drops_a_changed_value_at_once(
+    request, workers, burst_config, issue_key, committed_db
+):
+    """Revoke, drain, a limit: with Redis every worker is told and drops the value at
+    once, so not even one call within the time to live sees the old one."""
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("workers are told of changes through Redis (REDIS_URL)")
+    from accounts.services import key_revoke
+    from quotas.services import limit_set
+    from routing.services import deployment_drain
+
+    gateway = _gateway(request, workers)
+    issued = issue_key("bursts")
+    for _ in range(6):
+        assert _stale_call(gateway, issued.plaintext).status_code == 200
+    deployment_drain(name="stale-a", minutes=5)
+    try:
+        served = {_stale_call(gateway, issued.plaintext).headers["x-sluice-served-model"]}
+        for _ in range(9):
+            served.add(_stale_call(gateway, issued.plaintext).headers["x-sluice-served-model"])
+        assert served == {"stale-b"}
+    finally:
+        deployment_drain(name="stale-a", minutes=None)
+    limit_set(scope="key", name=issued.prefix, requests_per_minute=1)
+    assert {_stale_call(gateway, issued.plaintext).status_code for _ in range(6)} == {200, 429}
+    key_revoke(prefix=issued.prefix)
+    assert [_stale_call(gateway, issued.plaintext).status_code for _ in range(10)] == [401] * 10
