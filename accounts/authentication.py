@@ -1,9 +1,10 @@
 """Key authentication for the proxy, without a database query per request for a hot key.
 
-Each worker keeps what it learned about a key for `SLUICE_KEY_CACHE_SECONDS` (2 s by
-default) and then reloads it in the background, so a revoked key stops working on every
-worker within that time (plus the reload's milliseconds); expiry is checked against the
-cached expiry time on every request, so it is exact.
+Each worker keeps what it learned about a key for at most `SLUICE_KEY_CACHE_SECONDS` (2 s
+by default; a hot key is reloaded in the background before then), so a revoked key stops
+working on every worker within that time; with Redis, revoking it tells every worker to
+drop it at once (core/refresh.py). Expiry is checked against the cached expiry time on
+every request, so it is exact.
 """
 
 import time
@@ -17,7 +18,7 @@ from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
 from core.db import db_read_on_request
 from core.errors import unauthorized
-from core.refresh import RefreshingCache
+from core.refresh import KEYS, RefreshingCache
 
 _LAST_USED_EVERY = timedelta(minutes=1)
 
@@ -48,7 +49,7 @@ class Principal:
 
 
 _principals: RefreshingCache[Principal | None] = RefreshingCache(
-    lambda: settings.SLUICE_KEY_CACHE_SECONDS
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=KEYS
 )
 
 

@@ -50,10 +50,14 @@ def unauthorized(message: str) -> GatewayError:
     )
 
 
-def capacity_exhausted(retry_after: int) -> GatewayError:
+def capacity_exhausted(
+    retry_after: int, model: str | None = None, *, rate_limited: bool = False
+) -> GatewayError:
+    what = "rate-limited by its upstream" if rate_limited else "at capacity"
+    subject = f"`{model}`" if model else "this model"
     return GatewayError(
         503,
-        "Every deployment for this model is at capacity. Retry after the time in Retry-After.",
+        f"Every deployment for {subject} is {what}. Retry after the time in Retry-After.",
         type="server_error",
         code="capacity_exhausted",
         outcome=Outcome.CAPACITY_EXHAUSTED,

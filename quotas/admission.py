@@ -313,7 +313,9 @@ def _check_requests(usages: list[tuple[ScopeLimits, dict | None]], ticket: Ticke
         if usage is None:
             continue
         limit = scope.requests_per_minute
-        wait = max(1, math.ceil(usage["time_left"]))
+        # django-ratelimit's `time_left` counts to the window's last whole second, which
+        # still belongs to the window: the next one starts a second later.
+        wait = max(1, math.ceil(usage["time_left"]) + 1)
         if usage["should_limit"]:
             raise GatewayError(
                 429,

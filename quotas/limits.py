@@ -12,7 +12,7 @@ from django.db.models import Q, Sum
 
 from accounts.authentication import Principal
 from core.db import db_read
-from core.refresh import RefreshingCache
+from core.refresh import LIMITS, RefreshingCache
 from quotas.models import Limit, Scope, UsageRollup
 
 
@@ -115,7 +115,7 @@ def _recorded_usage(
 
 
 _limits: RefreshingCache[tuple[ScopeLimits, ...]] = RefreshingCache(
-    lambda: settings.SLUICE_KEY_CACHE_SECONDS
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=LIMITS
 )
 
 

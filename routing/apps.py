@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class RoutingConfig(AppConfig):
     name = "routing"
     verbose_name = "Routing and audit"
+
+    def ready(self) -> None:
+        from routing.invalidation import connect
+
+        connect()

@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.conf import settings
 
 from core.db import db_read
-from core.refresh import RefreshingCache
+from core.refresh import CATALOG, RefreshingCache
 from routing.deployment_state import Limits
 from routing.models import Route
 
@@ -111,7 +111,7 @@ def _load() -> dict[str, RouteSpec]:
 class Catalog:
     def __init__(self) -> None:
         self._cache: RefreshingCache[dict[str, RouteSpec]] = RefreshingCache(
-            lambda: settings.SLUICE_CATALOG_CACHE_SECONDS
+            lambda: settings.SLUICE_CATALOG_CACHE_SECONDS, name=CATALOG
         )
 
     async def routes(self) -> dict[str, RouteSpec]:

@@ -89,6 +89,7 @@ class Failure:
     status: int | None
     content: bytes
     retry_after: float | None
+    congested: bool = False  # a capacity error put down to Sluice's own concurrency
 
 
 def _result_for(error_class: ErrorClass | None) -> Result:
@@ -136,9 +137,12 @@ class ChainWalk:
     failures: list[ErrorClass] = field(default_factory=list)
     retry_hints: list[float] = field(default_factory=list)
     breaker_waits: list[float] = field(default_factory=list)
+    breakers: list[str] = field(default_factory=list)  # why each breaker that said no opened
     queue_waits: list[float] = field(default_factory=list)  # estimates for a Retry-After
     skips: Counter[str] = field(default_factory=Counter)
     tried: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
+    congested: set[str] = field(default_factory=set)  # last attempt there met own congestion
+    absorbed: int = 0  # attempts that met own congestion: not counted to max_attempts
     context_refusal: Answer | None = None
 
     async def run(self) -> Answer | OpenStream:
@@ -169,6 +173,15 @@ class ChainWalk:
                     if outcome is None:  # drained
                         break
                     pass_failures.append(outcome)
+                    if outcome.congested:
+                        # Sluice sent more than the deployment takes: the limit was cut;
+                        # the call waits for a slot at the lower limit instead of failing.
+                        self.absorbed += 1
+                        if queue:
+                            continue
+                        if deployment not in full:
+                            full.append(deployment)
+                        break
                     same = self._retry_same(deployment, outcome)
                     if same is None:
                         break
@@ -194,11 +207,13 @@ class ChainWalk:
             return None
         slot = f"{self.call.request_id}:{number}"
         state = deployment_state()
+        # A call queueing again after its own congestion is no retry for the budget.
+        retry = deployment.name in self.tried and deployment.name not in self.congested
         admission = await state.acquire(
             deployment.name,
             deployment.limits,
             slot,
-            retry=deployment.name in self.tried,
+            retry=retry,
             claim=self.claim,
             wait_until=time.time() + min(self.claim.wait, self._remaining()) if queue else None,
         )
@@ -208,15 +223,20 @@ class ChainWalk:
         if not admitted:
             refusal = refusal or Refusal.CONCURRENCY
             self._skip(deployment, number, refusal.value)
-            if refusal is Refusal.BREAKER and admission.retry_in:
-                self.breaker_waits.append(admission.retry_in)
+            if refusal is Refusal.BREAKER:
+                self.breakers.append(admission.reason)
+                if admission.retry_in:
+                    self.breaker_waits.append(admission.retry_in)
             return refusal
         keeper = lease_keeper()
         keeper.hold(deployment.name, deployment.limits, slot)
+        repeat = deployment.name in self.tried  # the breaker counts a call once
 
-        async def release(result: Result, service: float | None) -> None:
+        async def release(result: Result, service: float | None) -> bool:
             keeper.drop(deployment.name, slot)
-            await state.release(deployment.name, deployment.limits, slot, result, service=service)
+            return await state.release(
+                deployment.name, deployment.limits, slot, result, service=service, repeat=repeat
+            )
 
         attempt = AttemptLog(
             number=number,
@@ -236,7 +256,13 @@ class ChainWalk:
         if isinstance(outcome, OpenStream):
             outcome.release = release  # held until the stream ends
         elif isinstance(outcome, Failure):
-            await release(_result_for(outcome.error_class), 0.0)
+            congested = await release(_result_for(outcome.error_class), 0.0)
+            # Only "at capacity" queues again; an upstream rate limit keeps its own rules.
+            outcome.congested = congested and outcome.error_class is ErrorClass.CAPACITY
+            if outcome.congested:
+                self.congested.add(deployment.name)
+            else:
+                self.congested.discard(deployment.name)
         else:
             await release(Result.SUCCESS, usage_service(outcome.payload))
         return outcome
@@ -378,8 +404,12 @@ class ChainWalk:
     def _remaining(self) -> float:
         return self.deadline - time.monotonic()
 
+    def _attempts(self) -> int:
+        """Attempts that count to `max_attempts`: not those that met own congestion."""
+        return self.call.attempt_count - self.absorbed
+
     def _spent(self) -> bool:
-        return self.call.attempt_count >= self.route.policy.max_attempts or self._remaining() <= 0
+        return self._attempts() >= self.route.policy.max_attempts or self._remaining() <= 0
 
     def _too_small(self, deployment: DeploymentSpec) -> bool:
         refused = self.context_refusal
@@ -411,7 +441,7 @@ class ChainWalk:
     ) -> tuple[float, str] | None:
         """Walk the chain again after a pass that failed for reasons time may cure; not
         after one refused by breakers, drains, budgets or full queues."""
-        if self.call.attempt_count >= self.route.policy.max_attempts:
+        if self._attempts() >= self.route.policy.max_attempts:
             return None
         if not any(f.error_class in _WORTH_ANOTHER_PASS for f in failures):
             return None
@@ -425,15 +455,24 @@ class ChainWalk:
         raise self._exhausted()
 
     def _exhausted(self) -> GatewayError:
-        waits = self.retry_hints + self.breaker_waits + self.queue_waits
-        capacity = any(f in CAPACITY_LIKE for f in self.failures) or any(
-            self.skips[r.value] for r in Refusal
-        )
-        if capacity:
-            wait = min(waits) if waits else settings.SLUICE_CAPACITY_RETRY_AFTER
-            return capacity_exhausted(max(1, math.ceil(wait)))
+        """The answer follows what the upstreams did in this call: 503 only for capacity and
+        rate limits (also a queue that never gave a slot, or a breaker opened by them);
+        504 when every attempt timed out; 502 for server errors, resets and garbage, also
+        when a retry budget or a breaker these errors opened skipped what was left."""
         name = self.route.name
-        if self.failures and all(f in _TIMEOUTS for f in self.failures):
+        seen = set(self.failures)
+        capacity_breaker = any(r in (Result.CAPACITY.value, "") for r in self.breakers)
+        failure_breaker = any(r and r != Result.CAPACITY.value for r in self.breakers)
+        if (
+            seen & CAPACITY_LIKE
+            or self.skips[Refusal.CONCURRENCY.value]
+            or (not seen and capacity_breaker)
+        ):
+            waits = self.retry_hints + self.breaker_waits + self.queue_waits
+            wait = min(waits) if waits else settings.SLUICE_CAPACITY_RETRY_AFTER
+            limited = seen & CAPACITY_LIKE == {ErrorClass.RATE_LIMIT}
+            return capacity_exhausted(max(1, math.ceil(wait)), name, rate_limited=limited)
+        if seen and seen <= _TIMEOUTS:
             return GatewayError(
                 504,
                 f"Every deployment for `{name}` timed out.",
@@ -441,14 +480,20 @@ class ChainWalk:
                 code="upstream_timeout",
                 outcome=Outcome.UPSTREAM_TIMEOUT,
             )
-        if self.failures:
-            classes = ", ".join(sorted({f.value for f in self.failures}))
+        if seen or failure_breaker:
+            classes = ", ".join(sorted(f.value for f in seen)) or "circuit breaker open"
+            if not seen:
+                classes += " after upstream errors"
+            headers = {}
+            if self.breaker_waits:
+                headers["Retry-After"] = str(max(1, math.ceil(min(self.breaker_waits))))
             return GatewayError(
                 502,
                 f"Every deployment for `{name}` failed ({classes}).",
                 type="server_error",
                 code="upstream_error",
                 outcome=Outcome.UPSTREAM_ERROR,
+                headers=headers,
             )
         why = "drained" if self.skips["drain"] else "disabled"
         return GatewayError(

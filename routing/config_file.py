@@ -21,6 +21,7 @@ from django.db import models, transaction
 
 from accounts.models import ApiKey, Application, Fallback, Member, PriorityClass, Team
 from accounts.services import member_ensure
+from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 from quotas.models import Limit, Scope
 from quotas.services import LIMIT_FIELDS, limit_target
 from routing.models import Deployment, Route, RouteDeployment, Upstream
@@ -427,4 +428,6 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
             values["cost_per_month"] = Decimal(str(values["cost_per_month"]))
         lookup = {"scope": e["scope"], **limit_target(Scope(e["scope"]), e["name"])}
         report.add("limits", _sync(Limit, lookup, values)[1])
+    # Chains are written in bulk (no signals): tell the workers here.
+    invalidate(KEYS, LIMITS, CATALOG)
     return report

@@ -8,12 +8,21 @@ rules, written out once here in `_Rules` for the local backend and mirrored in L
 same test suite runs against both.
 
 The rules (DESIGN.md, seeds 000/001/004):
-- breaker: `threshold` consecutive capacity/rate-limit/server errors open it for
-  `cooldown` seconds; then it half-opens and lets 1 + (successes so far) probes in flight;
-  `close_after` successes close it, one failure re-opens it. A misconfigured deployment
-  (auth/config error) opens at once. A threshold of 0 switches the breaker off.
-- adaptive limit: starts at max concurrency; a capacity error cuts it to 70 % (never below 1);
-  a limit's worth of successes raises it by 1, up to max concurrency.
+- adaptive limit: starts at max concurrency; a capacity error (or upstream rate limit) cuts
+  it to 70 % (never below the floor, 1), at most once per round trip as TCP does: only a
+  call sent after the last cut can cut again; the errors of calls that were already in
+  flight belong to the same congestion. A limit's worth of successes raises it by 1, up to
+  max concurrency.
+- own concurrency is not a breaker signal: a capacity error while the limit is above its
+  floor, or of a call sent before the last cut, is "congested" (`release` says so: the call
+  queues again for a slot at the lower limit) and leaves the breaker alone.
+- breaker: `threshold` consecutive failures (no success between) open it for `cooldown`
+  seconds, counting server errors, timeouts and resets, and capacity errors only once the
+  limit is at its floor (the deployment fails even at the concurrency of one script). Each
+  call counts once per deployment (`repeat`: its retries there do not count again), so no
+  single call opens it. Then it half-opens and lets 1 + (successes so far) probes in
+  flight; `close_after` successes close it, one failure re-opens it. A misconfigured
+  deployment (auth/config error) opens at once. A threshold of 0 switches it off.
 - leases: a request holds a slot for `lease` seconds, renewed while it runs, so slots held
   by a worker that died come free on their own.
 - retry budget: retries may be at most `ratio` times the first attempts over the last minute (plus
@@ -81,6 +90,7 @@ class Admission:
     retry_in: float = 0.0  # for a breaker refusal: seconds until it half-opens
     queued: bool = False  # no slot yet: waiting in the deployment's queue
     position: int = 0  # requests of its class already waiting when it joined
+    reason: str = ""  # for a breaker refusal: the result that opened it
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,8 @@ class Snapshot:
     oldest_wait: float = 0.0  # seconds the longest-waiting request has waited
 
 
+FLOOR = 1.0  # the adaptive limit never goes below this
+CUT = 0.7  # a capacity error's multiplicative cut
 BUDGET_BUCKET = 10.0  # seconds
 BUDGET_BUCKETS = 6  # one minute
 
@@ -142,9 +154,13 @@ class DeploymentState(Protocol):
         result: Result,
         *,
         service: float | None = None,
+        repeat: bool = False,
         now: float | None = None,
-    ) -> None:
-        """Free the slot; `service` is the call's weighted tokens, for fair sharing."""
+    ) -> bool:
+        """Free the slot; `service` is the call's weighted tokens, for fair sharing;
+        `repeat`: this call already reached the deployment (its failure counted then).
+        True when a capacity error was put down to Sluice's own concurrency (congested):
+        the limit took it, the breaker did not, and the call may queue again."""
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None: ...
 
@@ -170,6 +186,7 @@ class _Deployment:
     open_until: float = 0.0
     half_successes: int = 0
     limit: float | None = None
+    cut_at: float = 0.0  # when the limit was last cut
     streak: int = 0
     reason: str = ""
     slots: dict[str, float] = field(default_factory=dict)  # slot -> lease expiry
@@ -216,7 +233,7 @@ class LocalDeploymentState:
         d = self._get(name, limits)
         if d.mode == "open":
             if now < d.open_until:
-                return Admission(False, Refusal.BREAKER, d.open_until - now)
+                return Admission(False, Refusal.BREAKER, d.open_until - now, reason=d.reason)
             d.mode, d.half_successes = "half_open", 0
         if retry and not self._budget_allows_retry(d, limits, now):
             return Admission(False, Refusal.BUDGET)
@@ -230,8 +247,9 @@ class LocalDeploymentState:
             self._grants[slot] = asyncio.get_running_loop().create_future()
             return Admission(False, Refusal.CONCURRENCY, queued=True, position=position)
         self._remove(d, slot)
-        refusal = Refusal.BREAKER if d.mode == "half_open" else Refusal.CONCURRENCY
-        return Admission(False, refusal)
+        if d.mode == "half_open":
+            return Admission(False, Refusal.BREAKER, reason=d.reason)
+        return Admission(False, Refusal.CONCURRENCY)
 
     async def wait(self, name: str, slot: str, within: float) -> bool:
         return await granted_within(self._grants.get(slot), within)
@@ -256,16 +274,19 @@ class LocalDeploymentState:
         result: Result,
         *,
         service: float | None = None,
+        repeat: bool = False,
         now: float | None = None,
-    ) -> None:
+    ) -> bool:
         now = time.time() if now is None else now
         d = self._get(name, limits)
         d.slots.pop(slot, None)
         held = d.held.pop(slot, None)
         if held is not None:
-            d.hold = 0.8 * d.hold + 0.2 * max(0.0, now - held.since)
+            if result is Result.SUCCESS:  # how long an answer takes, for Retry-After
+                d.hold = 0.8 * d.hold + 0.2 * max(0.0, now - held.since)
             if service is not None:
                 d.service[held.member] = d.service.get(held.member, 0.0) + service - held.estimate
+        congested = False
         if result is Result.SUCCESS:
             d.failures = 0
             if d.mode == "half_open":
@@ -277,19 +298,28 @@ class LocalDeploymentState:
                 d.limit = min(float(limits.max_concurrency), (d.limit or 1) + 1)
                 d.streak = 0
         elif result is not Result.NEUTRAL:
-            if result is Result.CAPACITY:
-                d.limit = max(1.0, math.floor((d.limit or 1) * 0.7))
-                d.streak = 0
-            d.failures += 1
+            counts = not repeat
+            if result is Result.CAPACITY and d.mode == "closed":
+                since = held.since if held is not None else now
+                limit = d.limit or FLOOR
+                if since < d.cut_at:
+                    congested = True  # sent before the last cut: that cut answered it
+                elif limit > FLOOR:
+                    d.limit, d.cut_at, d.streak = max(FLOOR, math.floor(limit * CUT)), now, 0
+                    congested = True
+                counts = counts and not congested
+            if counts:
+                d.failures += 1
             if limits.threshold and (
                 result is Result.MISCONFIGURED
-                or d.mode == "half_open"
-                or d.failures >= limits.threshold
+                or d.mode == "half_open"  # a probe failed
+                or (counts and d.failures >= limits.threshold)
             ):
                 d.mode, d.open_until = "open", now + limits.cooldown
                 d.failures = d.half_successes = 0
                 d.reason = result.value
         self._dispatch(d, limits, now)
+        return congested
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None:
         now = time.time()

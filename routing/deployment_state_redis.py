@@ -25,6 +25,8 @@ from core.redis_client import redis_client
 from routing.deployment_state import (
     BUDGET_BUCKET,
     BUDGET_BUCKETS,
+    CUT,
+    FLOOR,
     Admission,
     Departure,
     Limits,
@@ -231,7 +233,9 @@ local ratio, floor_ = tonumber(ARGV[9]), tonumber(ARGV[10])
 local class, member, estimate = ARGV[11], ARGV[12], tonumber(ARGV[13])
 local wait_until = tonumber(ARGV[14])
 local mode, open_until = state()
-if mode == 'open' and now < open_until then return {0, 'breaker', tostring(open_until - now)} end
+if mode == 'open' and now < open_until then
+  return {0, 'breaker', tostring(open_until - now), redis.call('HGET', K_STATE, 'reason') or ''}
+end
 if retry then
   local bucket = math.floor(now / BUDGET_WIDTH)
   local fields = {}
@@ -256,31 +260,41 @@ if redis.call('ZSCORE', K_SLOTS, slot) then return {1, '', '0'} end
 if wait_until > now then return {0, 'queued', tostring(position)} end
 remove_waiter(slot)
 mode = state()
-return {0, mode == 'half_open' and 'breaker' or 'concurrency', '0'}
+if mode == 'half_open' then
+  return {0, 'breaker', '0', redis.call('HGET', K_STATE, 'reason') or ''}
+end
+return {0, 'concurrency', '0'}
 """
 
-# ARGV[7..]: slot, result, threshold, cooldown, close after, service ('' when unknown)
+# ARGV[7..]: slot, result, threshold, cooldown, close after, service ('' when unknown),
+# repeat ('1': the call reached this deployment before). Returns 1, or 2 when congested.
 _RELEASE = """
 local slot, result = ARGV[7], ARGV[8]
 local threshold, cooldown, close_after = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local service = tonumber(ARGV[12])
+local service, repeat_ = tonumber(ARGV[12]), ARGV[13] == '1'
 redis.call('ZREM', K_SLOTS, slot)
 redis.call('ZREM', K_BATCH, slot)
 local held = redis.call('HGET', K_HELD, slot)
+local since = now
 if held then
   redis.call('HDEL', K_HELD, slot)
   local h = split(held)
-  local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or '%(hold)s')
-  redis.call('HSET', K_STATE, 'hold', 0.8 * hold + 0.2 * math.max(0, now - tonumber(h[4])))
+  since = tonumber(h[4])
+  if result == 'success' then
+    local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or '%(hold)s')
+    redis.call('HSET', K_STATE, 'hold', 0.8 * hold + 0.2 * math.max(0, now - since))
+  end
   if service then redis.call('HINCRBYFLOAT', K_SERVICE, h[2], service - tonumber(h[3])) end
 end
+local congested = false
 if result ~= 'neutral' then
   local st = redis.call('HMGET', K_STATE, 'mode', 'failures', 'half_successes', 'limit',
-                        'streak', 'reason', 'open_until')
+                        'streak', 'reason', 'open_until', 'cut_at')
   local mode, reason = st[1] or 'closed', st[6] or ''
   local failures, half = tonumber(st[2] or '0'), tonumber(st[3] or '0')
   local limit = math.min(tonumber(st[4] or maxc), maxc)
   local streak, open_until = tonumber(st[5] or '0'), tonumber(st[7] or '0')
+  local cut_at = tonumber(st[8] or '0')
   if result == 'success' then
     failures = 0
     if mode == 'half_open' then
@@ -290,19 +304,29 @@ if result ~= 'neutral' then
     streak = streak + 1
     if streak >= math.floor(limit) then limit, streak = math.min(maxc, limit + 1), 0 end
   else
-    if result == 'capacity' then limit, streak = math.max(1, math.floor(limit * 0.7)), 0 end
-    failures = failures + 1
+    local counts = not repeat_
+    if result == 'capacity' and mode == 'closed' then
+      if since < cut_at then
+        congested = true
+      elseif limit > %(floor)s then
+        limit, cut_at, streak = math.max(%(floor)s, math.floor(limit * %(cut)s)), now, 0
+        congested = true
+      end
+      if congested then counts = false end
+    end
+    if counts then failures = failures + 1 end
     if threshold > 0 and (result == 'misconfigured' or mode == 'half_open'
-                          or failures >= threshold) then
+                          or (counts and failures >= threshold)) then
       mode, open_until, failures, half, reason = 'open', now + cooldown, 0, 0, result
     end
   end
   redis.call('HSET', K_STATE, 'mode', mode, 'failures', failures, 'half_successes', half,
-             'limit', limit, 'streak', streak, 'reason', reason, 'open_until', open_until)
+             'limit', limit, 'streak', streak, 'reason', reason, 'open_until', open_until,
+             'cut_at', cut_at)
 end
 dispatch(nil)
 keep(%(ttl)s)
-return 1
+return congested and 2 or 1
 """
 
 # ARGV[7]: slot
@@ -352,6 +376,8 @@ def _script(body: str) -> str:
         "ttl": STATE_TTL,
         "hold": DEFAULT_HOLD,
         "silence": WAITER_SILENCE,
+        "floor": FLOOR,
+        "cut": CUT,
     }
     return (_PRELUDE + body) % values
 
@@ -481,7 +507,7 @@ class RedisDeploymentState:
             if wait_until is not None:
                 # Listen before joining: a grant published in between is not missed.
                 await grant_listener(self).expect(name, limits, slot)
-            admitted, refusal, detail = await self._run("acquire", name, limits, now, *args)
+            admitted, refusal, detail, *why = await self._run("acquire", name, limits, now, *args)
         except (RedisError, OSError):
             grant_listener(self).forget(slot)
             admission = await self._fallback.acquire(
@@ -501,7 +527,8 @@ class RedisDeploymentState:
             self._queued[slot] = waiting
             return Admission(False, Refusal.CONCURRENCY, queued=True, position=int(detail))
         grant_listener(self).forget(slot)
-        return Admission(False, Refusal(reason), float(detail))
+        why_open = why[0].decode() if why else ""
+        return Admission(False, Refusal(reason), float(detail), reason=why_open)
 
     async def wait(self, name: str, slot: str, within: float) -> bool:
         """Waits where the grant can come from, and moves with it: to this worker's own
@@ -613,18 +640,24 @@ class RedisDeploymentState:
         result: Result,
         *,
         service: float | None = None,
+        repeat: bool = False,
         now: float | None = None,
-    ) -> None:
+    ) -> bool:
         now = time.time() if now is None else now
         if slot in self._local_slots:  # granted while Redis was away: freed where it was
             self._local_slots.discard(slot)
-            await self._fallback.release(name, limits, slot, result, service=service, now=now)
-            return
+            return await self._fallback.release(
+                name, limits, slot, result, service=service, repeat=repeat, now=now
+            )
         args = (slot, result.value, limits.threshold, limits.cooldown, limits.close_after)
+        args += ("" if service is None else service, int(repeat))
         try:
-            await self._run("release", name, limits, now, *args, "" if service is None else service)
+            answer = await self._run("release", name, limits, now, *args)
         except (RedisError, OSError):
-            await self._fallback.release(name, limits, slot, result, service=service, now=now)
+            return await self._fallback.release(
+                name, limits, slot, result, service=service, repeat=repeat, now=now
+            )
+        return int(answer) == 2
 
     async def sweep(
         self, name: str, limits: Limits, slots: Sequence[str] = (), *, now: float | None = None

@@ -1,9 +1,13 @@
-"""Waking this worker's queued requests when Redis grants them a slot.
+"""Waking this worker's queued requests when Redis grants them a slot, and hearing that
+cached values changed.
 
 A grant (made by whichever worker freed the slot) is published on one channel; each worker
 subscribes once and resolves the future of its own waiter. Waiters never poll: one sweep a
 second per deployment with waiters here re-runs the dispatch (slots of a dead worker whose
-leases ran out) and catches a grant whose message was lost.
+leases ran out) and catches a grant whose message was lost. The same connection listens
+for invalidations (core/refresh.py: a key revoked, a deployment drained, a limit or the
+config changed) and drops those cached values in this worker at once; every worker starts
+listening with its first request.
 """
 
 import asyncio
@@ -14,6 +18,7 @@ from typing import Protocol
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from core.refresh import CATALOG, KEYS, LIMITS, drop_local, invalidation_channel
 from routing.deployment_state import Limits, granted_within
 
 log = logging.getLogger("sluice.state")
@@ -44,14 +49,18 @@ class GrantListener:
         self._futures[slot] = asyncio.get_running_loop().create_future()
         self._waiting[slot] = (name, limits)
         if not self._tasks:
-            self._tasks = [
-                asyncio.create_task(self._listen(), name="sluice-grant-listener"),
-                asyncio.create_task(self._sweep(), name="sluice-grant-sweeper"),
-            ]
+            self.start()
             # The first waiter lets the subscription settle; later ones never wait for it
             # (while Redis is away, say): the sweep finds a grant that was not heard.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._subscribed.wait(), 2.0)
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._listen(), name="sluice-grant-listener"),
+                asyncio.create_task(self._sweep(), name="sluice-grant-sweeper"),
+            ]
 
     async def wait(self, slot: str, within: float) -> bool:
         if not await granted_within(self._futures.get(slot), within):
@@ -72,12 +81,20 @@ class GrantListener:
     async def _listen(self) -> None:
         while True:
             pubsub = self.state._client().pubsub(ignore_subscribe_messages=True)
+            changes = invalidation_channel()
             try:
-                await pubsub.subscribe(self.state.channel)
+                await pubsub.subscribe(self.state.channel, changes)
+                # Changes made while nobody listened are not heard: start afresh.
+                drop_local((KEYS, LIMITS, CATALOG))
                 self._subscribed.set()
                 async for message in pubsub.listen():
-                    if message["type"] == "message":
-                        self._wake(message["data"].decode().split())
+                    if message["type"] != "message":
+                        continue
+                    words = message["data"].decode().split()
+                    if message["channel"].decode() == changes:
+                        drop_local(words)
+                    else:
+                        self._wake(words)
             except (RedisError, OSError) as exc:
                 self._subscribed.clear()
                 log.warning("grant channel lost (%s); resubscribing", exc)
@@ -109,3 +126,14 @@ def grant_listener(state: GrantSource) -> GrantListener:
     if listener is None:
         listener = _listeners[key] = GrantListener(state)
     return listener
+
+
+def listen_for_changes() -> None:
+    """With Redis, this worker listens for grants and invalidations (from its first
+    request on); without, there is one worker and a change drops its values directly."""
+    from django.conf import settings
+
+    if settings.REDIS_URL:
+        from routing.deployment_state import deployment_state
+
+        grant_listener(deployment_state()).start()

@@ -23,6 +23,7 @@ from routing.audit import CallLog, new_request_id
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
+from routing.grant_listener import listen_for_changes
 from routing.payloads import ClientRequest, Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
 from routing.relay import OpenStream, StreamRelay, settle_usage
@@ -38,6 +39,7 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         endpoint=endpoint.value,
         client_ip=request.META.get("REMOTE_ADDR"),
     )
+    listen_for_changes()
     try:
         principal = await authenticate(presented_key(request.headers))
         _identify(call, principal)

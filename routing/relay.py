@@ -33,7 +33,7 @@ class OpenStream:
     started: float  # perf_counter() when the attempt began
     # Frees the deployment's slot, tells its breaker how the stream went and its queue the
     # weighted tokens served.
-    release: Callable[[Result, float | None], Awaitable[None]] | None = None
+    release: Callable[[Result, float | None], Awaitable[object]] | None = None
     first: bytes = b""  # read before the stream was accepted (its first event), to relay
 
 

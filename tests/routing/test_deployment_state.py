@@ -16,11 +16,11 @@ LIMITS = Limits(max_concurrency=10, threshold=3, cooldown=300, close_after=3, le
 T0 = 1_800_000_000.0
 
 
-async def _call(state, name, result, *, limits=LIMITS, now=T0, retry=False):
+async def _call(state, name, result, *, limits=LIMITS, now=T0, retry=False, repeat=False):
     slot = uuid.uuid4().hex
     admission = await state.acquire(name, limits, slot, retry=retry, now=now)
     if admission.admitted:
-        await state.release(name, limits, slot, result, now=now)
+        await state.release(name, limits, slot, result, repeat=repeat, now=now)
     return admission
 
 
@@ -46,13 +46,13 @@ async def test_success_resets_the_count_and_client_errors_do_not_count(state, na
     ]:
         await _call(state, name, result)
     assert (await state.snapshot(name, LIMITS, now=T0)).mode == "closed"
-    await _call(state, name, Result.CAPACITY)
+    await _call(state, name, Result.FAILURE)
     assert (await state.snapshot(name, LIMITS, now=T0)).mode == "open"
 
 
 async def test_half_open_lets_probes_through_step_by_step_then_closes(state, name):
     for _ in range(3):
-        await _call(state, name, Result.CAPACITY)
+        await _call(state, name, Result.FAILURE)
     later = T0 + 301
     first = await state.acquire(name, LIMITS, "p1", retry=False, now=later)
     assert first.admitted
@@ -84,6 +84,7 @@ async def test_misconfigured_deployment_opens_at_once(state, name):
 
 
 async def test_capacity_errors_cut_the_limit_and_successes_grow_it_back(state, name):
+    # One call at a time, each sent after the last cut: every error cuts.
     limits = Limits(max_concurrency=10, threshold=100)
     await _call(state, name, Result.CAPACITY, limits=limits)
     assert (await state.snapshot(name, limits, now=T0)).limit == 7
@@ -155,3 +156,72 @@ async def test_threshold_zero_switches_the_breaker_off(state, name):
     for result in [Result.FAILURE] * 10 + [Result.MISCONFIGURED]:
         await _call(state, name, result, limits=limits)
     assert (await state.snapshot(name, limits, now=T0)).mode == "closed"
+
+
+async def _burst(state, name, limits, count, now):
+    slots = [uuid.uuid4().hex for _ in range(count)]
+    for slot in slots:
+        assert (await state.acquire(name, limits, slot, retry=False, now=now)).admitted
+    return slots
+
+
+async def test_a_burst_of_capacity_errors_cuts_the_limit_once_and_leaves_the_breaker_closed(
+    state, name
+):
+    """40 calls sent at once to a provider that takes 4: 36 "at capacity" answers come back
+    within milliseconds. One congestion, one cut; the breaker does not count it."""
+    limits = Limits(max_concurrency=64, threshold=3, cooldown=300)
+    slots = await _burst(state, name, limits, 40, T0)
+    congested = [
+        await state.release(name, limits, slot, Result.CAPACITY, now=T0 + 0.01 + i / 1000)
+        for i, slot in enumerate(slots[:36])
+    ]
+    assert congested == [True] * 36  # each may queue again: none is a failure of the deployment
+    snap = await state.snapshot(name, limits, now=T0 + 0.1)
+    assert (snap.mode, snap.limit, snap.failures) == ("closed", 44, 0)
+    # A call sent after that cut meets capacity again: the next round trip, the next cut.
+    (late,) = await _burst(state, name, limits, 1, T0 + 0.2)
+    assert await state.release(name, limits, late, Result.CAPACITY, now=T0 + 0.21)
+    snap = await state.snapshot(name, limits, now=T0 + 0.3)
+    assert (snap.mode, snap.limit) == ("closed", 30)
+
+
+async def test_capacity_errors_open_the_breaker_only_at_the_floor(state, name):
+    """A deployment that answers "at capacity" even one call at a time is really full: at
+    the floor, `threshold` consecutive errors open the breaker, as the seeds' rule says."""
+    limits = Limits(max_concurrency=8, threshold=3, cooldown=300)
+    now = T0
+    for _ in range(20):  # one call at a time, each after the last cut
+        now += 1
+        if (await state.snapshot(name, limits, now=now)).limit == 1:
+            break
+        await _call(state, name, Result.CAPACITY, limits=limits, now=now)
+    snap = await state.snapshot(name, limits, now=now)
+    assert (snap.mode, snap.limit, snap.failures) == ("closed", 1, 0)
+    for _ in range(2):
+        now += 1
+        await _call(state, name, Result.CAPACITY, limits=limits, now=now)
+    assert (await state.snapshot(name, limits, now=now)).mode == "closed"
+    await _call(state, name, Result.CAPACITY, limits=limits, now=now + 1)
+    snap = await state.snapshot(name, limits, now=now + 1)
+    assert (snap.mode, snap.reason) == ("open", "capacity")
+
+
+async def test_one_call_retrying_a_failing_deployment_never_opens_its_breaker(state, name):
+    """The retries of one call count once: three bad answers to one call on a
+    one-deployment route must not shut the route for every call."""
+    await _call(state, name, Result.FAILURE)  # one call's first attempt...
+    for _ in range(4):
+        await _call(state, name, Result.FAILURE, repeat=True)  # ... and its retries
+    assert (await state.snapshot(name, LIMITS, now=T0)).mode == "closed"
+    await _call(state, name, Result.FAILURE)  # a second call
+    assert (await state.snapshot(name, LIMITS, now=T0)).mode == "closed"
+    await _call(state, name, Result.FAILURE)  # three calls failed in a row: open
+    assert (await state.snapshot(name, LIMITS, now=T0)).mode == "open"
+
+
+async def test_a_breaker_refusal_says_why_it_opened(state, name):
+    for _ in range(3):
+        await _call(state, name, Result.FAILURE)
+    refused = await _call(state, name, Result.SUCCESS, now=T0 + 1)
+    assert (refused.refusal, refused.reason) == (Refusal.BREAKER, "failure")

@@ -145,12 +145,12 @@ def test_stream_cut_after_the_first_byte_ends_with_an_error_event(gateway, issue
     assert record.tokens_out > 0
 
 
-def test_breaker_opens_after_three_errors_and_recovers_after_cooldown(
+def test_breaker_opens_after_three_failing_calls_and_recovers_after_cooldown(
     sdk, call_record, faulty_simulator: SimulatorHandle
 ):
     faulty_simulator.set_faults("brk", {"server_error": 1.0})
     try:
-        for _ in range(2):  # 2 + 1 server errors: the third opens it
+        for _ in range(3):  # three calls met server errors in a row (each counts once): open
             sdk.chat.completions.create(model="r-brk", messages=MESSAGES)
         reached = faulty_simulator.stats("brk")["requests"]
         for _ in range(5):
@@ -252,8 +252,8 @@ def test_breaker_opened_by_one_worker_is_respected_by_the_other(
     )
     faulty_simulator.set_faults("shared", {"server_error": 1.0})
     try:
-        call()
-        call()  # 4 server errors: open (after 3), whichever worker saw them
+        for _ in range(3):  # three calls met server errors: open, whichever worker saw them
+            call()
         reached = faulty_simulator.stats("shared")["requests"]
         for _ in range(20):  # new connections: both workers take some of these
             assert call().headers["x-sluice-served-model"] == "f-ok"
