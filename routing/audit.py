@@ -413,5 +413,9 @@ class AuditWriter:
                 return
             await asyncio.sleep(0.2)
 
+    def pending(self) -> int:
+        """Calls recorded and not yet written."""
+        return len(self._pending)
+
 
 audit_writer = AuditWriter()
