@@ -6,7 +6,7 @@ from accounts.models import ApiKey, Application, Member, Team
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "time_zone")
+    list_display = ("slug", "name", "time_zone", "batch_windows")
 
 
 @admin.register(Member)
@@ -17,7 +17,7 @@ class MemberAdmin(admin.ModelAdmin):
 
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "team", "default_priority")
+    list_display = ("slug", "name", "team", "default_priority", "batch_windows")
     filter_horizontal = ("routes",)
 
 

@@ -36,8 +36,17 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         endpoint=endpoint.value,
         client_ip=request.META.get("REMOTE_ADDR"),
     )
+    return await serve(call, request, endpoint)
+
+
+async def serve(
+    call: CallLog, request: HttpRequest, endpoint: Endpoint, principal: Principal | None = None
+) -> HttpResponseBase:
+    """The request path. A caller without a network request (the batch runner) builds the
+    request itself and passes the key's `principal` it already checked."""
     try:
-        principal = await authenticate(presented_key(request.headers))
+        if principal is None:
+            principal = await authenticate(presented_key(request.headers))
         _identify(call, principal)
         client_request = parse_request(endpoint, request.body)
         call.requested_model, call.stream = client_request.model, client_request.stream

@@ -296,7 +296,9 @@ class GatewayHandle:
     max_body_bytes: int
 
 
-def _gateway(database_url: str, *, workers: int = 1) -> Iterator[GatewayHandle]:
+def _gateway(
+    database_url: str, *, workers: int = 1, extra_env: dict[str, str] | None = None
+) -> Iterator[GatewayHandle]:
     port = free_port()
     max_body = 64 * 1024
     env = os.environ | {
@@ -307,6 +309,7 @@ def _gateway(database_url: str, *, workers: int = 1) -> Iterator[GatewayHandle]:
         # Breakers opened by an earlier run must not be seen by this one.
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
     }
+    env.update(extra_env or {})
     args = [
         "--host",
         "127.0.0.1",
