@@ -40,8 +40,9 @@ def batch_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def batch_apps(
     e2e_database: str, lag_simulator: SimulatorHandle, django_db_blocker: Any
 ) -> dict[str, str]:
-    """Route `lag` (deployment lag: 8 slots, 2 kept for interactive calls) and two
-    applications: `batchapp` (fast, lag) and `nightly` (the same, with a batch window)."""
+    """Route `lag` (deployment lag: 8 slots, 2 kept for interactive calls) and three
+    applications with routes fast and lag: `batchapp`, `nightly` (the tests set its batch
+    window) and `limited` (2 calls in flight at most)."""
     from routing.config_file import apply_config, validate_config
 
     config = {
@@ -59,7 +60,10 @@ def batch_apps(
         "applications": [
             {"slug": "batchapp", "team": "demo", "routes": ["fast", "lag"]},
             {"slug": "nightly", "team": "demo", "routes": ["fast", "lag"]},
+            {"slug": "limited", "team": "demo", "routes": ["fast", "lag"]},
         ],
+        # Two calls at a time: a batch of `limited` meets its limit at once.
+        "limits": [{"scope": "application", "name": "limited", "max_concurrency": 2}],
     }
     with django_db_blocker.unblock():
         apply_config(validate_config(config))

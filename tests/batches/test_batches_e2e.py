@@ -260,3 +260,54 @@ def test_bad_requests_get_openai_shaped_errors(batch_client, batch_gateway, tmp_
     assert deleted.deleted and deleted.id == file_id
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(file_id)
+
+
+def test_a_limit_that_says_no_makes_lines_wait_not_fail(
+    batch_client, start_runner, tmp_path: Path
+) -> None:
+    from routing.models import CallRecord
+
+    client = batch_client("limited")  # 2 calls in flight at most; the runner starts up to 6
+    start_runner()
+    file_id = upload(client, chat_lines(12, model="lag"), tmp_path)
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = _poll(client, batch.id, FINAL, timeout=60)
+    assert done.status == "completed"
+    assert done.request_counts.completed == 12 and done.request_counts.failed == 0
+    outcomes = Counter(
+        CallRecord.objects.filter(batch_id=batch.id).values_list("outcome", flat=True)
+    )
+    assert outcomes["success"] == 12
+    assert outcomes["concurrency_limited"] > 0  # the limit did say no, and the lines waited
+
+
+def test_two_runners_share_a_batch_and_send_each_line_once(
+    batch_client, start_runner, tmp_path: Path, lag_simulator
+) -> None:
+    from routing.models import CallRecord
+
+    client = batch_client()
+    start_runner()
+    start_runner()
+    before = lag_simulator.stats("lag")["served"]
+    file_id = upload(client, chat_lines(40, model="lag"), tmp_path)
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = _poll(client, batch.id, FINAL, timeout=60)
+    assert done.status == "completed"
+    assert sorted(o["custom_id"] for o in _lines(client, done.output_file_id)) == sorted(
+        f"req-{i}" for i in range(40)
+    )
+    # No line answered twice. (Without Redis each runner counts the deployment's slots on
+    # its own, so together they may overfill it: "at capacity" answers, retried, are not
+    # counted in `served`.)
+    assert lag_simulator.stats("lag")["served"] - before == 40
+    records = wait_until(
+        lambda: len(r := list(CallRecord.objects.filter(batch_id=batch.id))) >= 40 and r
+    )
+    assert Counter(r.custom_id for r in records if r.outcome == "success") == Counter(
+        f"req-{i}" for i in range(40)
+    )
