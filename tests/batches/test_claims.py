@@ -115,3 +115,18 @@ def test_a_live_lease_is_not_taken_and_holds_finalization(settings, tmp_path) ->
     assert [json.loads(line)["custom_id"] for line in output] == ["c1"]
     assert [json.loads(line)["error"]["code"] for line in errors] == ["batch_cancelled"]
     assert not BatchLine.objects.filter(batch=batch).exclude(result="").exists()  # not kept
+
+
+def test_batch_status_lists_progress_and_window() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    batch = _batch(3)
+    claimed = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=2)
+    line_finish(line_id=claimed[0].id, runner="a", result={}, failed=False)
+    Application.objects.filter(pk=batch.application_id).update(batch_windows="00:00-06:00")
+    out = StringIO()
+    call_command("batch_status", stdout=out)
+    row = next(line for line in out.getvalue().splitlines() if line.startswith(batch.id))
+    assert row.split()[2:] == ["in_progress", "1/3", "0", "1", "00:00-06:00"]
