@@ -4,6 +4,7 @@ Runs on SQLite and on PostgreSQL (SELECT ... FOR UPDATE SKIP LOCKED)."""
 
 import json
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -54,11 +55,15 @@ def test_concurrent_runners_never_claim_the_same_line() -> None:
     taken: dict[str, list[int]] = {}
     errors: list[BaseException] = []
 
+    start = threading.Barrier(4)
+
     def runner(name: str) -> None:
         got: list[int] = []
         try:
+            start.wait()
             while claimed := lines_claim(batch_id=batch.id, model="fast", runner=name, limit=7):
                 got += [line.number for line in claimed]
+                time.sleep(0.01)  # running them: the others claim meanwhile
         except BaseException as exc:  # reported below, not lost in the thread
             errors.append(exc)
         finally:
