@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.conftest import ROOT, GatewayHandle, SimulatorHandle, _gateway, _simulator
+from tests.conftest import ROOT, GatewayHandle, SimulatorHandle, _gateway, _simulator, wait_until
 
 LAG_MS = 300
 
@@ -79,17 +79,24 @@ def batch_gateway(
 
 @pytest.fixture
 def start_runner(
-    e2e_database: str, batch_env: dict[str, str]
+    e2e_database: str, batch_env: dict[str, str], tmp_path: Path
 ) -> Iterator[Callable[..., subprocess.Popen]]:
     """Start `manage.py run_batches` processes; all are stopped after the test."""
     procs: list[subprocess.Popen] = []
 
     def start(*args: str) -> subprocess.Popen:
-        env = os.environ | batch_env | {"DATABASE_URL": e2e_database}
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "run_batches", *args], cwd=ROOT, env=env
-        )
+        """A runner, once it is ready (its log says so)."""
+        env = os.environ | batch_env | {"DATABASE_URL": e2e_database, "SLUICE_LOG_LEVEL": "INFO"}
+        log = tmp_path / f"runner-{len(procs)}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "run_batches", *args],
+                cwd=ROOT,
+                env=env,
+                stderr=out,
+            )
         procs.append(proc)
+        wait_until(lambda: proc.poll() is None and b"started" in log.read_bytes(), timeout=30)
         return proc
 
     yield start

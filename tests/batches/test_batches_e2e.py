@@ -137,7 +137,7 @@ def test_a_batch_past_its_completion_window_expires_with_its_finished_lines(
     batch = client.batches.create(
         input_file_id=file_id,
         endpoint="/v1/chat/completions",
-        completion_window="3s",  # Sluice takes shorter windows than OpenAI's 24h
+        completion_window="5s",  # Sluice takes shorter windows than OpenAI's 24h
     )
     expired = _poll(client, batch.id, FINAL, timeout=20)
     assert expired.status == "expired"

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from batches.runner import run_until
 from routing.audit import audit_writer
+from routing.background import settle_background
 from routing.upstream import close_sessions
 
 
@@ -31,5 +32,6 @@ class Command(BaseCommand):
         try:
             await run_until(stop, max_in_flight=max_in_flight)
         finally:
+            await settle_background(5.0)  # the slots of abandoned lines go back now
             await audit_writer.flush()
             await close_sessions()
