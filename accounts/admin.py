@@ -6,7 +6,7 @@ from accounts.models import ApiKey, Application, Member, Team
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "time_zone")
+    list_display = ("slug", "name", "time_zone", "batch_windows")
 
 
 @admin.register(Member)
@@ -20,7 +20,7 @@ class ApplicationAdmin(admin.ModelAdmin):
     """The routes it may call are picked here too: routing/admin.py adds them (the grant is
     routing's, which accounts does not import)."""
 
-    list_display = ("slug", "name", "team", "default_priority")
+    list_display = ("slug", "name", "team", "default_priority", "batch_windows")
 
 
 @admin.register(ApiKey)

@@ -106,6 +106,12 @@ async def _principal_for(prefix: str) -> Principal | None:
     return principal
 
 
+async def principal_for_prefix(prefix: str) -> Principal | None:
+    """A key known by its public prefix (the batch runner acts for the key that created the
+    batch); None when it is gone. Revocation and expiry are for the caller to check."""
+    return await _principal_for(prefix)
+
+
 def presented_key(headers: dict[str, str]) -> str | None:
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":

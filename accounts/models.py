@@ -1,7 +1,17 @@
 """Who calls: teams, their members, the applications they build, and the keys they hold."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from accounts.windows import parse_windows
+
+
+def validate_windows(value: str) -> None:
+    try:
+        parse_windows(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 class PriorityClass(models.TextChoices):
@@ -19,6 +29,13 @@ class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     time_zone = models.CharField(max_length=64, default="UTC")
+    batch_windows = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[validate_windows],
+        help_text='When batches may run, in the team\'s time zone: "00:00-06:00, 22:00-23:00" '
+        '(blank or "any": at any time).',
+    )
 
     def __str__(self) -> str:
         return self.slug
@@ -60,6 +77,13 @@ class Application(models.Model):
         default=True, help_text="Over the ceiling: clamp max_tokens (else refuse with 400)."
     )
     max_n = models.PositiveIntegerField(null=True, blank=True, help_text="Ceiling on `n`.")
+    batch_windows = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[validate_windows],
+        help_text='When its batches may run, in the team\'s time zone: "00:00-06:00" (several '
+        'comma separated), "any", or blank to follow the team.',
+    )
 
     def __str__(self) -> str:
         return self.slug

@@ -1,9 +1,10 @@
 """ASGI entry point: `config.asgi:application`.
 
 Cheap paths are answered before Django: `/healthz`, and the proxy's `/v1/…` through a lean
-handler without the middleware stack (routing/proxy_handler.py). Everything else (admin,
-console) goes through Django's full handler. Lifespan shutdown writes the audit rows still
-in memory.
+handler without the middleware stack (routing/proxy_handler.py); the Batch API's
+`/v1/files` and `/v1/batches` through the same handler with a larger upload limit.
+Everything else (admin, console) goes through Django's full handler. Lifespan shutdown
+writes the audit rows still in memory.
 """
 
 import gc
@@ -17,6 +18,8 @@ django.setup()
 
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
+from batches.handler import PATHS as BATCH_PATHS  # noqa: E402
+from batches.handler import BatchApiHandler  # noqa: E402
 from routing.audit import audit_writer  # noqa: E402
 from routing.proxy_handler import ProxyHandler  # noqa: E402
 from routing.upstream import close_sessions  # noqa: E402
@@ -28,13 +31,17 @@ class Application:
     def __init__(self) -> None:
         self.django = ASGIHandler()
         self.proxy = ProxyHandler()
+        self.batches = BatchApiHandler()  # /v1/files, /v1/batches: larger uploads
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
             if path.startswith("/v1/"):
-                await self.proxy(scope, receive, send)
+                if path.startswith(BATCH_PATHS):
+                    await self.batches(scope, receive, send)
+                else:
+                    await self.proxy(scope, receive, send)
             elif path == "/healthz":
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": _HEALTH_HEADERS}

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "accounts",
     "quotas",
     "routing",
+    "batches",
 ]
 
 # The proxy (/v1/) is served by a handler without this stack (see config/asgi.py):
@@ -145,6 +146,23 @@ SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 
 SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
 SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
 SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
+
+# The Batch API (batches/): uploads may be larger than a proxied request; files are kept in
+# Django's storage "batches" (a local folder unless STORAGES says otherwise).
+SLUICE_BATCH_MAX_FILE_BYTES = int(os.environ.get("SLUICE_BATCH_MAX_FILE_BYTES", 200 * 1024 * 1024))
+SLUICE_BATCH_MAX_LINES = int(os.environ.get("SLUICE_BATCH_MAX_LINES", 50_000))
+SLUICE_BATCH_FILES_DIR = os.environ.get("SLUICE_BATCH_FILES_DIR", str(STATE_DIR / "batch-files"))
+# A runner holds a claimed line this long, renewing it while the call runs; a runner that
+# died (kill -9) lets its lines go when this runs out.
+SLUICE_BATCH_LEASE_SECONDS = float(os.environ.get("SLUICE_BATCH_LEASE_SECONDS", 30))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "batches": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": SLUICE_BATCH_FILES_DIR, "file_permissions_mode": 0o600},
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 
 from routing import views
 
@@ -9,6 +9,7 @@ urlpatterns = [
     path("v1/embeddings", views.embeddings),
     path("v1/models", views.models_list),
     path("v1/models/<path:name>", views.model_detail),
+    path("", include("batches.urls")),  # /v1/files, /v1/batches
     re_path(r"^v1/(?P<path>.*)$", views.not_found),
     path("admin/", admin.site.urls),
 ]

@@ -19,3 +19,10 @@ def _done(task: asyncio.Task[Any]) -> None:
     _running.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("background task failed", exc_info=task.exception())
+
+
+async def settle_background(within: float) -> None:
+    """Wait, up to `within` seconds, for the work spawned so far (a process about to exit:
+    a slot's release must reach the shared state rather than wait for its lease to end)."""
+    if _running:
+        await asyncio.wait(list(_running), timeout=within)

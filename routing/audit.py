@@ -82,6 +82,8 @@ class CallLog:
     attempts: list[AttemptLog] = field(default_factory=list)
     quota: Ticket | None = None  # the quota reservation to settle, not stored
     team_id: int | None = None  # for the usage rollups
+    batch_id: str = ""  # a line of a batch (batches app): its batch and custom_id
+    custom_id: str = ""
 
     @property
     def attempt_count(self) -> int:
@@ -127,6 +129,8 @@ class CallLog:
                 "latency_ms": round(self.latency_ms, 3),
                 "ttfb_ms": None if self.ttfb_ms is None else round(self.ttfb_ms, 3),
                 "client_ip": self.client_ip,
+                "batch_id": self.batch_id,
+                "custom_id": self.custom_id[:200],
             }
         )
 

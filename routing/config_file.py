@@ -21,6 +21,7 @@ from django.db import models, transaction
 
 from accounts.models import ApiKey, Application, Fallback, Member, PriorityClass, Team
 from accounts.services import member_ensure
+from accounts.windows import normalize_windows
 from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 from quotas.models import Limit, Scope
 from quotas.services import LIMIT_FIELDS, limit_target
@@ -95,6 +96,7 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "slug": ((str,), True, None),
         "name": ((str,), False, None),
         "time_zone": ((str,), False, "UTC"),
+        "batch_windows": ((str, list), False, ""),
     },
     "applications": {
         "slug": ((str,), True, None),
@@ -107,6 +109,7 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "max_tokens_ceiling": ((int,), False, None),
         "clamp_max_tokens": ((bool,), False, True),
         "max_n": ((int,), False, None),
+        "batch_windows": ((str, list), False, ""),
     },
     "limits": {
         "scope": ((str,), True, None),
@@ -267,7 +270,12 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
                 if e[name] is not None and not 1 <= e[name] <= 10_000_000:
                     fail(f"'{name}' must be between 1 and 10000000")
-    elif section == "teams":
+    if section in ("teams", "applications"):
+        try:
+            e["batch_windows"] = normalize_windows(e["batch_windows"])
+        except (ValueError, AttributeError) as exc:
+            fail(str(exc) if isinstance(exc, ValueError) else "'batch_windows' must hold strings")
+    if section == "teams":
         try:
             ZoneInfo(e["time_zone"])
         except (ZoneInfoNotFoundError, ValueError):
@@ -386,7 +394,11 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
             state = "updated" if state == "unchanged" else state
         report.add("routes", state)
     for e in config["teams"]:
-        values = {"name": e["name"] or e["slug"], "time_zone": e["time_zone"]}
+        values = {
+            "name": e["name"] or e["slug"],
+            "time_zone": e["time_zone"],
+            "batch_windows": e["batch_windows"],
+        }
         report.add("teams", _sync(Team, {"slug": e["slug"]}, values)[1])
     for e in config["applications"]:
         app, state = _sync(
@@ -404,6 +416,7 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
                         "max_tokens_ceiling",
                         "clamp_max_tokens",
                         "max_n",
+                        "batch_windows",
                     )
                 },
             },

@@ -158,6 +158,10 @@ class CallRecord(models.Model):
     latency_ms = models.FloatField(default=0)
     ttfb_ms = models.FloatField(null=True, blank=True)
     client_ip = models.GenericIPAddressField(null=True, blank=True)
+    batch_id = models.CharField(
+        max_length=40, blank=True, db_index=True, help_text="The batch this call was a line of."
+    )
+    custom_id = models.CharField(max_length=200, blank=True, help_text="The batch line's id.")
 
     class Meta:
         indexes = [models.Index(fields=["member", "created_at"], name="call_member_time")]

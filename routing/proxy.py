@@ -39,9 +39,18 @@ async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
         endpoint=endpoint.value,
         client_ip=request.META.get("REMOTE_ADDR"),
     )
+    return await serve(call, request, endpoint)
+
+
+async def serve(
+    call: CallLog, request: HttpRequest, endpoint: Endpoint, principal: Principal | None = None
+) -> HttpResponseBase:
+    """The request path. A caller without a network request (the batch runner) builds the
+    request itself and passes the key's `principal` it already checked."""
     listen_for_changes()
     try:
-        principal = await authenticate(presented_key(request.headers))
+        if principal is None:
+            principal = await authenticate(presented_key(request.headers))
         _identify(call, principal)
         client_request = await _parse(endpoint, request.body)
         client_request.account_headers = account_headers(request.headers)

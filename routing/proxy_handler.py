@@ -56,8 +56,7 @@ def _with_request_id(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
-def _too_large() -> HttpResponse:
-    limit = settings.SLUICE_MAX_BODY_BYTES
+def _too_large(limit: int) -> HttpResponse:
     return GatewayError(
         413,
         f"The request body is larger than the limit of {limit} bytes.",
@@ -72,6 +71,10 @@ def _resolve(path: str) -> ResolverMatch:
 
 
 class ProxyHandler(ASGIHandler):
+    def body_limit(self) -> int:
+        """Bytes a request body may have; a handler for uploads may allow more."""
+        return settings.SLUICE_MAX_BODY_BYTES
+
     def load_middleware(self, is_async: bool = False) -> None:
         self._middleware_chain = self._respond  # no middleware on the proxy path
 
@@ -84,7 +87,7 @@ class ProxyHandler(ASGIHandler):
         except RequestAborted:
             return
         except BodyTooLarge:
-            await self.send_response(_with_request_id(_too_large()), send)
+            await self.send_response(_with_request_id(_too_large(self.body_limit())), send)
             return
         except BodyTooSlow:
             await self.send_response(_with_request_id(_too_slow()), send)
@@ -121,7 +124,7 @@ class ProxyHandler(ASGIHandler):
             body_file.close()
 
     async def read_body(self, receive: Any, scope: dict[str, Any] | None = None) -> Any:
-        limit = settings.SLUICE_MAX_BODY_BYTES
+        limit = self.body_limit()
         if scope is not None:
             for name, value in scope.get("headers", ()):
                 if name == b"content-length" and value.isdigit() and int(value) > limit:

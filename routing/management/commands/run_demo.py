@@ -1,7 +1,8 @@
 """`make run`: a working gateway on a fresh machine, in one command.
 
 Migrates, applies config/demo.toml, makes sure there is an admin and a demo key, starts the
-upstream simulator and the gateway, prints how to call it, and stops both on Ctrl-C.
+upstream simulator, the gateway and a batch runner, prints how to call it, and stops them on
+Ctrl-C.
 Running it again reuses what exists: the demo key is kept in .sluice/demo-key (mode 600),
 a local development convenience; real keys are only ever shown once.
 """
@@ -89,6 +90,8 @@ class Command(BaseCommand):
                 ],
                 cwd=settings.BASE_DIR,
             ),
+            # The Batch API's runner (batches app), beside the gateway.
+            subprocess.Popen([python, "manage.py", "run_batches"], cwd=settings.BASE_DIR),
         ]
         try:
             _wait_ready(f"http://127.0.0.1:{SIMULATOR_PORT}/stats", children)
@@ -99,7 +102,7 @@ class Command(BaseCommand):
                 time.sleep(0.5)
             raise CommandError("a demo process stopped; see its output above")
         except KeyboardInterrupt:
-            self.stdout.write("\nStopping the gateway and the simulator.")
+            self.stdout.write("\nStopping the gateway, the batch runner and the simulator.")
         finally:
             for child in children:
                 child.terminate()
@@ -164,7 +167,9 @@ Or with the openai SDK (.venv/bin/python):
       model="smart", messages=[{{"role": "user", "content": "Hello"}}])
   print(reply.headers["x-sluice-served-model"], reply.parse().choices[0].message.content)
 
-Routes: smart (big -> medium -> small), fast (small). Ctrl-C stops everything.
+Routes: smart (big -> medium -> small), fast (small). A batch runner runs the Batch API
+(/v1/files, /v1/batches; see README); `manage.py batch_status` lists batches.
+Ctrl-C stops everything.
 """)
 
 

@@ -1,0 +1,273 @@
+"""The batch runner (`manage.py run_batches`): runs batch lines through the live request path.
+
+Each tick (a fifth of a second) it looks at every active batch:
+
+    validating         check the file (batches/validation.py): in_progress, or failed
+    cancelling, past   abandon the lines it runs (their upstream calls are cancelled), then,
+    its expiry         once no live runner holds a line, write the files: cancelled/expired
+    in_progress        outside the batch's window: start nothing (lines in flight finish);
+                       inside: claim as many lines as the route has spare slots
+                       (batches/pacing.py) and run each as a call of class batch through
+                       routing.proxy.serve (quotas, fallback policy, slot queues, audit);
+                       every line done: write the files, completed
+
+A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
+Retry-After and goes again: a batch waits, it does not fail for want of capacity. Claimed
+lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
+taken again once its leases run out. Such a line may have reached an upstream already, so
+it can reach one twice; its answer is written once (services.line_finish is fenced by the
+claim), and a line is never lost.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils import timezone
+
+from accounts.authentication import Principal, principal_for_prefix
+from accounts.windows import parse_windows, window_open
+from batches import selectors, services
+from batches.models import Batch
+from batches.pacing import route_spare
+from batches.selectors import ActiveBatch
+from batches.validation import ENDPOINTS
+from core.db import db_read
+from core.errors import error_body, json_object
+from routing.audit import CallLog, new_request_id
+from routing.catalog import catalog
+from routing.proxy import serve
+
+log = logging.getLogger("sluice.batches")
+Status = Batch.Status
+TICK = 0.2  # seconds between looks at the batches: how fast a cancel or a window bites
+_WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
+_MAX_WAIT = 30.0  # a Retry-After longer than this is waited in steps (cancel stays quick)
+
+
+@dataclass
+class _Running:
+    task: asyncio.Task[None]
+    batch_id: str
+    model: str
+    waiting: bool = False  # refused by a limit, waiting for it to reset
+
+
+@dataclass
+class Runner:
+    max_in_flight: int = 64
+    name: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:12]}")
+    lines: dict[int, _Running] = field(default_factory=dict)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        renewer = asyncio.create_task(self._renew_leases(stop))
+        try:
+            while not stop.is_set():
+                try:
+                    await self.tick()
+                except Exception:
+                    log.exception("batch runner tick failed; next tick in a moment")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), TICK)
+        finally:
+            renewer.cancel()
+            await self._abandon(lambda r: True)
+
+    async def tick(self) -> None:
+        batches = await db_read(selectors.active_batches)
+        known = {b.id for b in batches}
+        await self._abandon(lambda r: r.batch_id not in known)  # finished or deleted
+        now = timezone.now()
+        for batch in batches:
+            if batch.status == Status.VALIDATING:
+                await db_read(services.batch_validate, batch_id=batch.id, runner=self.name)
+            elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
+                await self._abandon(lambda r, b=batch.id: r.batch_id == b)
+                await db_read(services.batch_finalize, batch_id=batch.id, runner=self.name)
+            else:
+                if window_open(parse_windows(batch.windows), batch.time_zone, now):
+                    started = await self._start_lines(batch)
+                else:
+                    # Closed: start nothing; lines in flight finish, lines waiting go back.
+                    await self._abandon(lambda r, b=batch.id: r.batch_id == b and r.waiting)
+                    started = 0
+                if (
+                    not started
+                    and not self._mine(batch.id)
+                    and not await db_read(selectors.batch_unfinished, batch.id)
+                ):
+                    await db_read(services.batch_finalize, batch_id=batch.id, runner=self.name)
+
+    def _mine(self, batch_id: str) -> int:
+        return sum(1 for r in self.lines.values() if r.batch_id == batch_id)
+
+    async def _start_lines(self, batch: ActiveBatch) -> int:
+        """Claim and start lines while the batch's routes have spare slots; how many."""
+        routes = await catalog.routes()
+        started = 0
+        for model in await db_read(selectors.unfinished_models, batch.id):
+            room = self.max_in_flight - len(self.lines)
+            if room <= 0:
+                break
+            route = routes.get(model)
+            spare = await route_spare(route) if route is not None else 1
+            claimed = await db_read(
+                services.lines_claim,
+                batch_id=batch.id,
+                model=model,
+                runner=self.name,
+                limit=min(room, spare),
+            )
+            if not claimed:
+                continue
+            bodies = await db_read(services.line_bodies, batch.id, claimed)
+            principal = await principal_for_prefix(batch.key_prefix)
+            for line in claimed:
+                task = asyncio.create_task(self._run_line(batch, line, bodies[line.id], principal))
+                self.lines[line.id] = _Running(task, batch.id, model)
+            started += len(claimed)
+        return started
+
+    async def _run_line(
+        self,
+        batch: ActiveBatch,
+        line: services.ClaimedLine,
+        raw: bytes,
+        principal: Principal | None,
+    ) -> None:
+        """One line, as a call of class batch; a refusal by a limit waits and goes again."""
+        endpoint = ENDPOINTS[batch.endpoint]
+        body = json.dumps(json.loads(raw)["body"]).encode()
+        try:
+            while True:
+                call = CallLog(
+                    request_id=new_request_id(),
+                    endpoint=endpoint.value,
+                    client_ip=None,
+                    batch_id=batch.id,
+                    custom_id=line.custom_id,
+                )
+                if not _usable(principal):
+                    status, content = 401, _key_gone(batch.key_prefix)
+                    break
+                response = await serve(call, _request_for(body), endpoint, principal)
+                status, content = response.status_code, response.content
+                wait = _retry_wait(status, content, response.get("Retry-After"))
+                if wait is None:
+                    break
+                self.lines[line.id].waiting = True
+                await asyncio.sleep(wait)
+                self.lines[line.id].waiting = False
+            result = _output_line(batch.id, line, call.request_id, status, content)
+            done = await db_read(
+                services.line_finish,
+                line_id=line.id,
+                runner=self.name,
+                result=result,
+                failed=status != 200,
+            )
+            if not done:
+                log.warning("%s line %s: taken by another runner", batch.id, line.number)
+        except asyncio.CancelledError:
+            await db_read(services.line_release, line_id=line.id, runner=self.name)
+            raise
+        except Exception:
+            log.exception("%s line %s failed in the runner", batch.id, line.number)
+            await db_read(services.line_release, line_id=line.id, runner=self.name)
+        finally:
+            self.lines.pop(line.id, None)
+
+    async def _abandon(self, which: Any) -> None:
+        """Cancel the matching lines (each gives its line back) and wait for them."""
+        tasks = [r.task for r in self.lines.values() if which(r)]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _renew_leases(self, stop: asyncio.Event) -> None:
+        every = settings.SLUICE_BATCH_LEASE_SECONDS / 3
+        while not stop.is_set():
+            await asyncio.sleep(every)
+            if self.lines:
+                try:
+                    await db_read(services.lines_renew, ids=list(self.lines), runner=self.name)
+                except Exception:
+                    log.exception("renewing line leases failed; retrying")
+
+
+def _request_for(body: bytes) -> HttpRequest:
+    """A request as the client would have sent it, in class batch."""
+    request = HttpRequest()
+    request.method = "POST"
+    request._body = body  # type: ignore[attr-defined]
+    request.META = {
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_X_SLUICE_PRIORITY": "batch",
+    }
+    return request
+
+
+def _retry_wait(status: int, content: bytes, retry_after: str | None) -> float | None:
+    """Seconds to wait before sending the line again, or None when its answer stands."""
+    if status == 429:
+        pass  # a Sluice limit of the key, application, member or team
+    elif status == 503:
+        error = (json_object(content) or {}).get("error")
+        if not isinstance(error, dict) or error.get("code") not in _WAIT_CODES:
+            return None
+    else:
+        return None
+    try:
+        wait = float(retry_after or 1)
+    except ValueError:
+        wait = 1.0
+    return min(max(wait, 0.1), _MAX_WAIT)
+
+
+def _output_line(
+    batch_id: str, line: services.ClaimedLine, request_id: str, status: int, content: bytes
+) -> dict[str, Any]:
+    """One line of the output (or error) file, in OpenAI's format."""
+    return {
+        "id": f"batch_req_{batch_id[6:]}_{line.number}",
+        "custom_id": line.custom_id,
+        "response": {
+            "status_code": status,
+            "request_id": request_id,
+            "body": json_object(content) or {"raw": content.decode("utf-8", "replace")},
+        },
+        "error": None,
+    }
+
+
+def _usable(principal: Principal | None) -> bool:
+    if principal is None or principal.revoked:
+        return False
+    return principal.expires_at is None or principal.expires_at > timezone.now()
+
+
+def _key_gone(prefix: str) -> bytes:
+    return error_body(
+        f"The API key {prefix} that created this batch was revoked, has expired or is gone.",
+        type="authentication_error",
+        code="invalid_api_key",
+    )
+
+
+async def run_until(stop: asyncio.Event, *, max_in_flight: int) -> Runner:
+    runner = Runner(max_in_flight=max_in_flight)
+    log.info("batch runner %s started", runner.name)
+    started = time.monotonic()
+    await runner.run(stop)
+    log.info("batch runner %s stopped after %.0f s", runner.name, time.monotonic() - started)
+    return runner

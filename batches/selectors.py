@@ -1,0 +1,153 @@
+"""Reads of the Batch API: always within one application (a key sees only its own)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Q
+
+from accounts.models import Application
+from batches.models import Batch, BatchFile, BatchLine
+
+ACTIVE = (
+    Batch.Status.VALIDATING,
+    Batch.Status.IN_PROGRESS,
+    Batch.Status.CANCELLING,
+    Batch.Status.FINALIZING,
+)
+
+
+def file_get(*, application_id: int, file_id: str) -> BatchFile | None:
+    return BatchFile.objects.filter(application_id=application_id, id=file_id).first()
+
+
+def files_list(
+    *, application_id: int, purpose: str | None, after: str | None, limit: int
+) -> tuple[list[BatchFile], bool]:
+    files = BatchFile.objects.filter(application_id=application_id)
+    if purpose:
+        files = files.filter(purpose=purpose)
+    return _page(files, after, limit)
+
+
+def batch_get(*, application_id: int, batch_id: str) -> Batch | None:
+    return Batch.objects.filter(application_id=application_id, id=batch_id).first()
+
+
+def batches_list(
+    *, application_id: int | None, after: str | None, limit: int
+) -> tuple[list[Batch], bool]:
+    batches = Batch.objects.all()
+    if application_id is not None:
+        batches = batches.filter(application_id=application_id)
+    return _page(batches, after, limit)
+
+
+def _page(queryset, after: str | None, limit: int) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
+    """Newest first; `after` is the id of the last item of the previous page."""
+    queryset = queryset.order_by("-created_at", "-id")
+    if after:
+        anchor = queryset.filter(id=after).values_list("created_at", flat=True).first()
+        if anchor is not None:
+            queryset = queryset.filter(
+                Q(created_at__lt=anchor) | Q(created_at=anchor, id__lt=after)
+            )
+    items = list(queryset[: limit + 1])
+    return items[:limit], len(items) > limit
+
+
+def line_counts(batch_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Finished lines per batch: completed (answered 200) and failed."""
+    rows = (
+        BatchLine.objects.filter(batch_id__in=batch_ids, state=BatchLine.State.DONE)
+        .values("batch_id")
+        .annotate(failed=Count("id", filter=Q(failed=True)), done=Count("id"))
+    )
+    return {
+        r["batch_id"]: {"completed": r["done"] - r["failed"], "failed": r["failed"]} for r in rows
+    }
+
+
+@dataclass(frozen=True)
+class ActiveBatch:
+    """What the runner needs of a batch it may work on."""
+
+    id: str
+    status: str
+    endpoint: str
+    application_id: int
+    key_prefix: str
+    expires_at: datetime
+    windows: str  # the application's, else its team's
+    time_zone: str
+
+
+def active_batches() -> list[ActiveBatch]:
+    batches = list(
+        Batch.objects.filter(status__in=ACTIVE)
+        .select_related("application__team")
+        .order_by("created_at", "id")
+    )
+    result = []
+    for b in batches:
+        app: Application = b.application
+        result.append(
+            ActiveBatch(
+                id=b.id,
+                status=b.status,
+                endpoint=b.endpoint,
+                application_id=b.application_id,
+                key_prefix=b.key_prefix,
+                expires_at=b.expires_at,
+                windows=app.batch_windows.strip() or app.team.batch_windows,
+                time_zone=app.team.time_zone,
+            )
+        )
+    return result
+
+
+def batch_progress() -> list[dict[str, object]]:
+    """Every batch with its counts, newest first (manage.py batch_status)."""
+    batches, _ = batches_list(application_id=None, after=None, limit=200)
+    counts = line_counts([b.id for b in batches])
+    running = dict(
+        BatchLine.objects.filter(
+            batch_id__in=[b.id for b in batches], state=BatchLine.State.RUNNING
+        )
+        .values("batch_id")
+        .annotate(n=Count("id"))
+        .values_list("batch_id", "n")
+    )
+    rows = []
+    for b in batches:
+        c = counts.get(b.id, {})
+        app = Application.objects.select_related("team").get(pk=b.application_id)
+        rows.append(
+            {
+                "id": b.id,
+                "application": app.slug,
+                "status": b.status,
+                "total": b.total,
+                "completed": c.get("completed", 0),
+                "failed": c.get("failed", 0),
+                "running": running.get(b.id, 0),
+                "windows": app.batch_windows.strip() or app.team.batch_windows or "any",
+                "created_at": b.created_at,
+                "expires_at": b.expires_at,
+            }
+        )
+    return rows
+
+
+def batch_unfinished(batch_id: str) -> bool:
+    """Whether any line is still to run (pending) or running."""
+    return BatchLine.objects.filter(batch_id=batch_id).exclude(state=BatchLine.State.DONE).exists()
+
+
+def unfinished_models(batch_id: str) -> list[str]:
+    """The models of the batch's pending lines (and lines whose runner's lease ran out)."""
+    return list(
+        BatchLine.objects.filter(batch_id=batch_id)
+        .exclude(state=BatchLine.State.DONE)
+        .values_list("model", flat=True)
+        .distinct()
+    )

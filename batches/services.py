@@ -1,0 +1,419 @@
+"""Writes of the Batch API: files, batches, and the runner's claims on lines.
+
+Claims are what let several runners share the work without doing a line twice: a line is
+taken with `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL (runners skip each other's rows
+instead of queueing behind them); on SQLite every write transaction takes the database's
+write lock first (transaction_mode IMMEDIATE, config/database_url.py), which serializes
+claims the same way. Every later write of a line is fenced by `claimed_by`, so a runner
+whose lease ran out (killed, or stalled) cannot write over the runner that took it next.
+"""
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files.base import ContentFile, File
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from accounts.authentication import Principal
+from accounts.models import Application
+from batches.models import Batch, BatchFile, BatchLine
+from batches.storage import batch_storage, new_batch_id, new_file_id, storage_name
+from batches.validation import ENDPOINTS, check_lines, read_lines
+from core.errors import GatewayError, bad_request
+from routing.models import Route
+
+_WINDOW = re.compile(r"(\d+)([smh])")
+_UNIT = {"s": 1, "m": 60, "h": 3600}
+MAX_WINDOW = timedelta(hours=24)
+Status = Batch.Status
+
+
+def completion_seconds(window: Any) -> int:
+    """OpenAI accepts "24h"; Sluice also takes shorter windows ("90m", "30s")."""
+    match = _WINDOW.fullmatch(window) if isinstance(window, str) else None
+    seconds = int(match.group(1)) * _UNIT[match.group(2)] if match else 0
+    if not 0 < seconds <= MAX_WINDOW.total_seconds():
+        raise bad_request(
+            "completion_window must be '24h' (or a shorter span such as '90m' or '30s').",
+            param="completion_window",
+        )
+    return seconds
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def file_create(*, principal: Principal, upload: File, filename: str, purpose: str) -> BatchFile:
+    if purpose != BatchFile.Purpose.BATCH:
+        raise bad_request("Only purpose 'batch' files can be uploaded here.", param="purpose")
+    lines = 0
+    upload.seek(0)
+    for line in upload:
+        lines += bool(line.strip())
+    if lines > settings.SLUICE_BATCH_MAX_LINES:
+        raise bad_request(
+            f"A batch file may have at most {settings.SLUICE_BATCH_MAX_LINES} lines; "
+            f"this one has {lines}.",
+            param="file",
+        )
+    if not lines:
+        raise bad_request("The file is empty.", param="file")
+    upload.seek(0)
+    file_id = new_file_id()
+    stored = batch_storage().save(storage_name(principal.application_id, file_id), upload)
+    return BatchFile.objects.create(
+        id=file_id,
+        application_id=principal.application_id,
+        member_id=principal.member_id,
+        purpose=purpose,
+        filename=filename[:255] or "batch.jsonl",
+        bytes=upload.size,
+        lines=lines,
+        storage_name=stored,
+        created_at=timezone.now(),
+    )
+
+
+def file_delete(*, file: BatchFile) -> None:
+    in_use = Batch.objects.filter(input_file=file).exclude(
+        status__in=(Status.COMPLETED, Status.FAILED, Status.EXPIRED, Status.CANCELLED)
+    )
+    if in_use.exists():
+        raise GatewayError(
+            409, f"File {file.id} is the input of a batch still running.", code="file_in_use"
+        )
+    batch_storage().delete(file.storage_name)
+    file.delete()
+
+
+def file_open(file: BatchFile) -> IO[bytes]:
+    return batch_storage().open(file.storage_name, "rb")
+
+
+# --- batches -------------------------------------------------------------------------------
+
+
+def batch_create(
+    *,
+    principal: Principal,
+    input_file_id: Any,
+    endpoint: Any,
+    completion_window: Any,
+    metadata: Any,
+) -> Batch:
+    if not isinstance(input_file_id, str) or not input_file_id:
+        raise bad_request("You must provide 'input_file_id'.", param="input_file_id")
+    if endpoint not in ENDPOINTS:
+        raise bad_request(f"'endpoint' must be one of {', '.join(ENDPOINTS)}.", param="endpoint")
+    seconds = completion_seconds(completion_window)
+    if metadata is not None and not (
+        isinstance(metadata, dict)
+        and len(metadata) <= 16
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise bad_request(
+            "'metadata' must be an object of at most 16 string values.", param="metadata"
+        )
+    source = BatchFile.objects.filter(
+        application_id=principal.application_id, id=input_file_id
+    ).first()
+    if source is None:
+        raise GatewayError(
+            404, f"No file with id {input_file_id}.", code="file_not_found", param="input_file_id"
+        )
+    if source.purpose != BatchFile.Purpose.BATCH:
+        raise bad_request(
+            f"File {input_file_id} was not uploaded with purpose 'batch'.", param="input_file_id"
+        )
+    now = timezone.now()
+    return Batch.objects.create(
+        id=new_batch_id(),
+        application_id=principal.application_id,
+        member_id=principal.member_id,
+        key_prefix=principal.prefix,
+        endpoint=endpoint,
+        input_file=source,
+        completion_window=completion_window,
+        metadata=metadata,
+        status=Status.VALIDATING,
+        total=source.lines,
+        created_at=now,
+        expires_at=now + timedelta(seconds=seconds),
+    )
+
+
+def batch_cancel(*, batch: Batch) -> Batch:
+    """Stops new lines at once; runners abandon the lines they run within a tick."""
+    if batch.status in (Status.CANCELLING, Status.CANCELLED):
+        return batch
+    now = timezone.now()
+    moved = Batch.objects.filter(
+        pk=batch.pk, status__in=(Status.VALIDATING, Status.IN_PROGRESS)
+    ).update(status=Status.CANCELLING, cancelling_at=now)
+    batch.refresh_from_db()
+    if not moved and batch.status not in (Status.CANCELLING, Status.CANCELLED):
+        raise GatewayError(
+            409,
+            f"Batch {batch.id} is {batch.status} and can no longer be cancelled.",
+            code="batch_not_cancellable",
+        )
+    return batch
+
+
+# --- the runner ----------------------------------------------------------------------------
+
+
+def _hold(batch_id: str, status: str, runner: str, now: datetime) -> bool:
+    """Take the batch for validation or finalization, unless a live runner holds it."""
+    until = now + timedelta(seconds=settings.SLUICE_BATCH_LEASE_SECONDS)
+    return bool(
+        Batch.objects.filter(pk=batch_id, status=status)
+        .filter(Q(held_until__isnull=True) | Q(held_until__lt=now) | Q(held_by=runner))
+        .update(held_by=runner, held_until=until)
+    )
+
+
+def batch_validate(*, batch_id: str, runner: str) -> str | None:
+    """Check every line; the batch then runs (`in_progress`) or is `failed` with the
+    errors. None when another runner is at it."""
+    now = timezone.now()
+    if not _hold(batch_id, Status.VALIDATING, runner, now):
+        return None
+    batch = Batch.objects.select_related("input_file").get(pk=batch_id)
+    application = Application.objects.get(pk=batch.application_id)
+    allowed = set(application.routes.values_list("name", flat=True))
+    routes = set(Route.objects.values_list("name", flat=True))
+    try:
+        with file_open(batch.input_file) as handle:
+            specs, errors = check_lines(
+                read_lines(handle),
+                endpoint=batch.endpoint,
+                routes=routes,
+                allowed=allowed,
+                max_lines=settings.SLUICE_BATCH_MAX_LINES,
+            )
+    except OSError:
+        specs, errors = [], []
+        errors_data = [{"code": "file_missing", "message": "The input file is gone.", "line": None}]
+    else:
+        errors_data = [e.as_dict() for e in errors]
+    with transaction.atomic():
+        current = Batch.objects.select_for_update().get(pk=batch_id)
+        if current.status != Status.VALIDATING or current.held_by != runner:
+            return None
+        now = timezone.now()
+        if errors_data:
+            current.status, current.failed_at, current.errors = Status.FAILED, now, errors_data
+        else:
+            BatchLine.objects.bulk_create(
+                (
+                    BatchLine(
+                        batch_id=batch_id,
+                        number=s.number,
+                        custom_id=s.custom_id,
+                        model=s.model,
+                        offset=s.offset,
+                        length=s.length,
+                    )
+                    for s in specs
+                ),
+                batch_size=2000,
+            )
+            current.status, current.in_progress_at, current.total = (
+                Status.IN_PROGRESS,
+                now,
+                len(specs),
+            )
+        current.held_by, current.held_until = "", None
+        current.save()
+    return current.status
+
+
+@dataclass(frozen=True)
+class ClaimedLine:
+    id: int
+    batch_id: str
+    number: int
+    custom_id: str
+    model: str
+    offset: int
+    length: int
+
+
+def lines_claim(
+    *, batch_id: str, model: str, runner: str, limit: int, now: datetime | None = None
+) -> list[ClaimedLine]:
+    """Up to `limit` lines of the batch for `model` that nobody runs: pending ones, and
+    those whose runner's lease ran out (it died); held by `runner` for a lease."""
+    if limit <= 0:
+        return []
+    now = now or timezone.now()
+    claimable = Q(state=BatchLine.State.PENDING) | Q(
+        state=BatchLine.State.RUNNING, lease_until__lt=now
+    )
+    until = now + timedelta(seconds=settings.SLUICE_BATCH_LEASE_SECONDS)
+    with transaction.atomic():
+        ids = list(
+            BatchLine.objects.select_for_update(skip_locked=True)
+            .filter(claimable, batch_id=batch_id, model=model)
+            .order_by("number")
+            .values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return []
+        BatchLine.objects.filter(claimable, id__in=ids).update(
+            state=BatchLine.State.RUNNING,
+            claimed_by=runner,
+            lease_until=until,
+            claims=F("claims") + 1,
+        )
+        rows = BatchLine.objects.filter(
+            id__in=ids, state=BatchLine.State.RUNNING, claimed_by=runner, lease_until=until
+        ).order_by("number")
+        return [
+            ClaimedLine(r.id, r.batch_id, r.number, r.custom_id, r.model, r.offset, r.length)
+            for r in rows
+        ]
+
+
+def lines_renew(*, ids: list[int], runner: str) -> int:
+    until = timezone.now() + timedelta(seconds=settings.SLUICE_BATCH_LEASE_SECONDS)
+    return BatchLine.objects.filter(
+        id__in=ids, state=BatchLine.State.RUNNING, claimed_by=runner
+    ).update(lease_until=until)
+
+
+def line_finish(*, line_id: int, runner: str, result: dict[str, Any], failed: bool) -> bool:
+    """Record a line's answer; False when the line is no longer this runner's (its lease
+    ran out and another runner took it: that one's answer counts)."""
+    return bool(
+        BatchLine.objects.filter(
+            id=line_id, state=BatchLine.State.RUNNING, claimed_by=runner
+        ).update(
+            state=BatchLine.State.DONE,
+            result=json.dumps(result, separators=(",", ":")),
+            failed=failed,
+            lease_until=None,
+        )
+    )
+
+
+def line_release(*, line_id: int, runner: str) -> None:
+    """Give a line back unrun (window closed, batch cancelled or expired, runner stopping)."""
+    BatchLine.objects.filter(id=line_id, state=BatchLine.State.RUNNING, claimed_by=runner).update(
+        state=BatchLine.State.PENDING, claimed_by="", lease_until=None
+    )
+
+
+def line_bodies(batch_id: str, lines: list[ClaimedLine]) -> dict[int, bytes]:
+    """The claimed lines' raw JSON, read from the input file in storage."""
+    batch = Batch.objects.select_related("input_file").get(pk=batch_id)
+    bodies = {}
+    with file_open(batch.input_file) as handle:
+        for line in sorted(lines, key=lambda x: x.offset):
+            handle.seek(line.offset)
+            bodies[line.id] = handle.read(line.length)
+    return bodies
+
+
+_UNFINISHED = {
+    Status.EXPIRED: ("batch_expired", "This request could not be run before the batch expired."),
+    Status.CANCELLED: ("batch_cancelled", "This request was not run: the batch was cancelled."),
+}
+
+
+def batch_finalize(*, batch_id: str, runner: str) -> str | None:
+    """When nothing runs any more: write the output and error files and end the batch as
+    completed (every line done), cancelled or expired. None while it is not time yet."""
+    now = timezone.now()
+    with transaction.atomic():
+        batch = Batch.objects.select_for_update().get(pk=batch_id)
+        if batch.status not in (Status.IN_PROGRESS, Status.CANCELLING, Status.FINALIZING):
+            return None
+        if batch.status == Status.FINALIZING and not (
+            batch.held_by == runner or batch.held_until is None or batch.held_until < now
+        ):
+            return None
+        lines = BatchLine.objects.filter(batch_id=batch_id)
+        if lines.filter(state=BatchLine.State.RUNNING, lease_until__gte=now).exists():
+            return None  # a live runner still has lines in flight
+        all_done = not lines.exclude(state=BatchLine.State.DONE).exists()
+        if batch.cancelling_at is not None:
+            final = Status.CANCELLED
+        elif all_done:
+            final = Status.COMPLETED
+        elif now >= batch.expires_at:
+            final = Status.EXPIRED
+        else:
+            return None
+        batch.status, batch.held_by = Status.FINALIZING, runner
+        batch.held_until = now + timedelta(seconds=settings.SLUICE_BATCH_LEASE_SECONDS)
+        batch.finalizing_at = batch.finalizing_at or now
+        batch.save()
+    outputs, errors = _result_files(batch_id, final)
+    with transaction.atomic():
+        batch = Batch.objects.select_for_update().get(pk=batch_id)
+        if batch.status != Status.FINALIZING or batch.held_by != runner:
+            return None
+        for name, content in (("output", outputs), ("error", errors)):
+            if content:
+                f = _output_file(batch, f"{batch_id}_{name}.jsonl", content)
+                setattr(batch, f"{name}_file", f)
+        batch.status, batch.held_by, batch.held_until = final, "", None
+        setattr(batch, f"{final}_at", timezone.now())
+        batch.save()
+        BatchLine.objects.filter(batch_id=batch_id).update(result="")
+    return final
+
+
+def _result_files(batch_id: str, final: str) -> tuple[bytes, bytes]:
+    outputs: list[str] = []
+    errors: list[str] = []
+    unfinished = _UNFINISHED.get(final)
+    rows = BatchLine.objects.filter(batch_id=batch_id).order_by("number")
+    for line in rows.only("state", "result", "failed", "custom_id", "number").iterator():
+        if line.state == BatchLine.State.DONE:
+            (errors if line.failed else outputs).append(line.result)
+        elif unfinished is not None:
+            code, message = unfinished
+            entry = {
+                "id": f"batch_req_{batch_id[6:]}_{line.number}",
+                "custom_id": line.custom_id,
+                "response": None,
+                "error": {"code": code, "message": message},
+            }
+            errors.append(json.dumps(entry, separators=(",", ":")))
+    return _jsonl(outputs), _jsonl(errors)
+
+
+def _jsonl(items: list[str]) -> bytes:
+    return "".join(f"{item}\n" for item in items).encode()
+
+
+def _output_file(batch: Batch, filename: str, content: bytes) -> BatchFile:
+    file_id = new_file_id()
+    stored = batch_storage().save(storage_name(batch.application_id, file_id), ContentFile(content))
+    return BatchFile.objects.create(
+        id=file_id,
+        application_id=batch.application_id,
+        member_id=batch.member_id,
+        purpose=BatchFile.Purpose.BATCH_OUTPUT,
+        filename=filename,
+        bytes=len(content),
+        lines=content.count(b"\n"),
+        storage_name=stored,
+        created_at=timezone.now(),
+    )
+
+
+def iter_content(file: BatchFile) -> Iterator[bytes]:
+    with file_open(file) as handle:
+        while chunk := handle.read(64 * 1024):
+            yield chunk

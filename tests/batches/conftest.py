@@ -1,0 +1,147 @@
+"""Fixtures of the Batch API tests: a simulator whose answers take a while (so a batch is
+still running when a test cancels it, kills its runner or closes its window), a gateway
+sharing one batch-file folder and one Redis prefix with the runners the tests start."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from tests.conftest import ROOT, GatewayHandle, SimulatorHandle, _gateway, _simulator, wait_until
+
+LAG_MS = 300
+
+
+@pytest.fixture(scope="session")
+def lag_simulator() -> Iterator[SimulatorHandle]:
+    """Model `lag`: 8 in flight, each answer after 300 ms."""
+    yield from _simulator("--model", "lag:8", "--latency-ms", str(LAG_MS))
+
+
+@pytest.fixture(scope="session")
+def batch_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return {
+        "SLUICE_BATCH_FILES_DIR": str(tmp_path_factory.mktemp("batch-files")),
+        "SLUICE_BATCH_LEASE_SECONDS": "2",
+        "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+        "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
+    }
+
+
+@pytest.fixture(scope="session")
+def batch_apps(
+    e2e_database: str, lag_simulator: SimulatorHandle, django_db_blocker: Any
+) -> dict[str, str]:
+    """Route `lag` (deployment lag: 8 slots, 2 kept for interactive calls) and three
+    applications with routes fast and lag: `batchapp`, `nightly` (the tests set its batch
+    window) and `limited` (2 calls in flight at most)."""
+    from routing.config_file import apply_config, validate_config
+
+    config = {
+        "upstreams": [{"name": "lag-sim", "base_url": f"{lag_simulator.url}/v1"}],
+        "deployments": [
+            {
+                "name": "lag",
+                "upstream": "lag-sim",
+                "model": "lag",
+                "max_concurrency": 8,
+                "breaker_threshold": 1000,
+            }
+        ],
+        "routes": [{"name": "lag", "chain": ["lag"]}],
+        "applications": [
+            {"slug": "batchapp", "team": "demo", "routes": ["fast", "lag"]},
+            {"slug": "nightly", "team": "demo", "routes": ["fast", "lag"]},
+            {"slug": "limited", "team": "demo", "routes": ["fast", "lag"]},
+        ],
+        # Two calls at a time: a batch of `limited` meets its limit at once.
+        "limits": [{"scope": "application", "name": "limited", "max_concurrency": 2}],
+    }
+    with django_db_blocker.unblock():
+        apply_config(validate_config(config))
+    return {"batchapp": "batchapp", "nightly": "nightly"}
+
+
+@pytest.fixture(scope="session")
+def batch_gateway(
+    e2e_database: str, batch_apps: dict[str, str], batch_env: dict[str, str]
+) -> Iterator[GatewayHandle]:
+    yield from _gateway(e2e_database, extra_env=batch_env)
+
+
+@pytest.fixture
+def start_runner(
+    e2e_database: str, batch_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start `manage.py run_batches` processes; all are stopped after the test."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        """A runner, once it is ready (its log says so)."""
+        env = os.environ | batch_env | {"DATABASE_URL": e2e_database, "SLUICE_LOG_LEVEL": "INFO"}
+        log = tmp_path / f"runner-{len(procs)}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "run_batches", *args],
+                cwd=ROOT,
+                env=env,
+                stderr=out,
+            )
+        procs.append(proc)
+        wait_until(lambda: proc.poll() is None and b"started" in log.read_bytes(), timeout=30)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def batch_client(
+    batch_gateway: GatewayHandle, issue_key: Callable[..., Any]
+) -> Callable[[str], OpenAI]:
+    """An SDK client with a new key of the given application."""
+
+    def client(application: str = "batchapp") -> OpenAI:
+        key = issue_key(application=application)
+        return OpenAI(base_url=f"{batch_gateway.url}/v1", api_key=key.plaintext, max_retries=0)
+
+    return client
+
+
+def jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def chat_lines(n: int, model: str = "fast", prefix: str = "req") -> list[dict[str, Any]]:
+    return [
+        {
+            "custom_id": f"{prefix}-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": f"line {i}"}]},
+        }
+        for i in range(n)
+    ]
+
+
+def upload(client: OpenAI, lines: list[dict[str, Any]], tmp_path: Path) -> str:
+    path = tmp_path / f"{uuid.uuid4().hex[:6]}.jsonl"
+    path.write_bytes(jsonl(lines))
+    with path.open("rb") as f:
+        return client.files.create(file=f, purpose="batch").id

@@ -1,0 +1,137 @@
+"""Claiming lines: several runners at once never take the same line; a dead runner's lines
+come back when its lease runs out, and its late answer is not written (batches/services.py).
+Runs on SQLite and on PostgreSQL (SELECT ... FOR UPDATE SKIP LOCKED)."""
+
+import json
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from accounts.models import Application, Team
+from batches.models import Batch, BatchFile, BatchLine
+from batches.services import batch_finalize, line_finish, line_release, lines_claim
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _batch(lines: int) -> Batch:
+    team = Team.objects.create(slug=f"t{Team.objects.count()}", name="t")
+    app = Application.objects.create(team=team, slug=f"a{Application.objects.count()}", name="a")
+    now = timezone.now()
+    source = BatchFile.objects.create(
+        id=f"file-{app.pk}",
+        application=app,
+        purpose="batch",
+        filename="in.jsonl",
+        bytes=0,
+        storage_name="x",
+        created_at=now,
+    )
+    batch = Batch.objects.create(
+        id=f"batch_{app.pk}",
+        application=app,
+        key_prefix="sk-sluice-x",
+        endpoint="/v1/chat/completions",
+        input_file=source,
+        completion_window="24h",
+        status="in_progress",
+        total=lines,
+        created_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    BatchLine.objects.bulk_create(
+        BatchLine(batch=batch, number=i, custom_id=f"c{i}", model="fast", offset=i, length=1)
+        for i in range(1, lines + 1)
+    )
+    return batch
+
+
+def test_concurrent_runners_never_claim_the_same_line() -> None:
+    batch = _batch(200)
+    taken: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+
+    start = threading.Barrier(4)
+
+    def runner(name: str) -> None:
+        got: list[int] = []
+        try:
+            start.wait()
+            while claimed := lines_claim(batch_id=batch.id, model="fast", runner=name, limit=7):
+                got += [line.number for line in claimed]
+                time.sleep(0.01)  # running them: the others claim meanwhile
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            taken[name] = got
+            connection.close()
+
+    threads = [threading.Thread(target=runner, args=(f"r{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    everything = [n for got in taken.values() for n in got]
+    assert sorted(everything) == list(range(1, 201))  # each line once, none left
+    assert sum(1 for got in taken.values() if got) >= 2  # the work was shared
+
+
+def test_a_dead_runners_lines_come_back_after_its_lease_and_its_late_answer_is_dropped() -> None:
+    batch = _batch(3)
+    past = timezone.now() - timedelta(minutes=5)
+    dead = lines_claim(batch_id=batch.id, model="fast", runner="dead", limit=3, now=past)
+    assert len(dead) == 3
+    # Leases still running are not taken again; these ran out long ago.
+    again = lines_claim(batch_id=batch.id, model="fast", runner="alive", limit=10)
+    assert [line.number for line in again] == [1, 2, 3]
+    assert BatchLine.objects.get(batch=batch, number=1).claims == 2
+    assert not line_finish(line_id=dead[0].id, runner="dead", result={"x": 1}, failed=False)
+    for line in again:
+        assert line_finish(line_id=line.id, runner="alive", result={"n": line.number}, failed=False)
+    assert lines_claim(batch_id=batch.id, model="fast", runner="late", limit=10) == []
+
+
+def test_a_live_lease_is_not_taken_and_holds_finalization(settings, tmp_path) -> None:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "batches": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path)},
+        },
+    }
+    batch = _batch(2)
+    held = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=1)
+    others = lines_claim(batch_id=batch.id, model="fast", runner="b", limit=5)
+    assert [line.number for line in others] == [2]
+    Batch.objects.filter(pk=batch.pk).update(cancelling_at=timezone.now(), status="cancelling")
+    assert batch_finalize(batch_id=batch.id, runner="b") is None  # a's line is in flight
+    assert line_finish(line_id=held[0].id, runner="a", result={"custom_id": "c1"}, failed=False)
+    line_release(line_id=others[0].id, runner="b")  # b abandons its line on the cancel
+    assert batch_finalize(batch_id=batch.id, runner="b") == "cancelled"
+    batch.refresh_from_db()
+    assert batch.cancelled_at is not None and batch.status == "cancelled"
+    output = (tmp_path / batch.output_file.storage_name).read_text().splitlines()
+    errors = (tmp_path / batch.error_file.storage_name).read_text().splitlines()
+    assert [json.loads(line)["custom_id"] for line in output] == ["c1"]
+    assert [json.loads(line)["error"]["code"] for line in errors] == ["batch_cancelled"]
+    assert not BatchLine.objects.filter(batch=batch).exclude(result="").exists()  # not kept
+
+
+def test_batch_status_lists_progress_and_window() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    batch = _batch(3)
+    claimed = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=2)
+    line_finish(line_id=claimed[0].id, runner="a", result={}, failed=False)
+    Application.objects.filter(pk=batch.application_id).update(batch_windows="00:00-06:00")
+    out = StringIO()
+    call_command("batch_status", stdout=out)
+    row = next(line for line in out.getvalue().splitlines() if line.startswith(batch.id))
+    assert row.split()[2:] == ["in_progress", "1/3", "0", "1", "00:00-06:00"]
