@@ -21,7 +21,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import DateTimeField, DecimalField, GenericIPAddressField, Model
 from django.db.models.constants import OnConflict
 
-from quotas.models import UsageRollup
+from quotas.models import LATENCY_FIELDS, UsageRollup, latency_field
 from routing.models import Attempt, CallRecord, Outcome
 
 log = logging.getLogger("sluice.audit")
@@ -194,6 +194,7 @@ _ROLLUP_COUNTS = (
     "server_errors",
     "timeouts",
     "rejected",
+    *LATENCY_FIELDS,
 )
 _ATTEMPT_COUNTER = {
     "capacity": "capacity_errors",
@@ -239,6 +240,8 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
         served["fallbacks"] += call.fell_back
         served["errors"] += call.outcome != Outcome.SUCCESS
         served["rejected"] += call.outcome in _REFUSED
+        if call.attempt_count:  # latency of calls that reached an upstream
+            served[latency_field(call.latency_ms)] += 1
         for attempt in call.attempts:
             counter = _ATTEMPT_COUNTER.get(attempt.error_class)
             if counter:
