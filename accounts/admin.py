@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from accounts.models import ApiKey, Application, Member, Team
+from accounts.models import AdminAction, ApiKey, Application, Member, Team
 
 
 @admin.register(Team)
@@ -55,3 +55,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
         from django.utils import timezone
 
         queryset.filter(revoked_at=None).update(revoked_at=timezone.now())  # type: ignore[attr-defined]
+
+
+@admin.register(AdminAction)
+class AdminActionAdmin(admin.ModelAdmin):
+    """Read-only: the log is append-only, written by the services."""
+
+    list_display = ("at", "actor_label", "via", "action", "object_type", "object_repr")
+    list_filter = ("via", "action", "object_type")
+    search_fields = ("actor_label", "object_repr")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

@@ -1,17 +1,92 @@
-"""Writes for accounts: members and keys."""
+"""Writes for accounts: members, keys, teams, applications, and the admin actions log.
 
+Every service that changes something takes the `actor` who asked (console user, API token,
+or a command) and records one AdminAction in the same transaction.
+"""
+
+import getpass
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from accounts.keys import NewKey, key_generate
-from accounts.models import ApiKey, Application, Member, Team
+from accounts.models import AdminAction, ApiKey, Application, Member, Team
+from accounts.selectors import Viewer
 
 
 class AccountError(Exception):
     """A request that names something that does not exist or cannot be done."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a change, and through what: written on the admin action."""
+
+    user_id: int | None
+    label: str
+    via: str  # AdminAction.Via
+
+    @classmethod
+    def command(cls, name: str) -> "Actor":
+        """A management command run by whoever is logged in on the machine."""
+        try:
+            who = getpass.getuser()
+        except Exception:  # no login name in some containers
+            who = "unknown"
+        return cls(user_id=None, label=f"{who} (manage.py {name})", via=AdminAction.Via.COMMAND)
+
+    @classmethod
+    def of(cls, viewer: Viewer, *, via: str = AdminAction.Via.CONSOLE) -> "Actor":
+        return cls(user_id=viewer.user_id, label=viewer.label, via=via)
+
+
+SYSTEM = Actor(user_id=None, label="system", via=AdminAction.Via.COMMAND)
+
+
+def admin_action_record(
+    *,
+    actor: Actor,
+    action: str,
+    obj: Any,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    team_id: int | None = None,
+    object_type: str | None = None,
+) -> AdminAction:
+    """Append one entry to the admin actions log. `before`/`after` hold only the fields
+    that matter for the action, JSON-safe (see `snapshot_of`), never a secret."""
+    return AdminAction.objects.create(
+        actor_id=actor.user_id,
+        actor_label=actor.label[:254],
+        via=actor.via,
+        action=action,
+        object_type=object_type or type(obj).__name__.lower(),
+        object_repr=str(obj)[:300],
+        team_id=team_id,
+        before=before,
+        after=after,
+    )
+
+
+def snapshot_of(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of a model instance as JSON-safe values (dates and decimals as
+    strings, related objects by their str)."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(obj, name)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif hasattr(value, "all") and callable(value.all):  # a many-to-many manager
+            out[name] = sorted(str(v) for v in value.all())
+        elif hasattr(value, "isoformat"):
+            out[name] = value.isoformat()
+        else:
+            out[name] = str(value)
+    return out
 
 
 @transaction.atomic
