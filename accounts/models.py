@@ -120,3 +120,31 @@ class AdminAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.object_repr}"
+
+
+class ManagementToken(models.Model):
+    """A token for the management API (/api/v1/), stored like an API key: only the SHA-256,
+    named by its public prefix (`sk-sluice-admin-…`). It acts with the roles of the user it
+    belongs to, narrowed to `team` when set; a token without a user is an admin token
+    (global, or of its team) made by `manage.py issue_admin_token`."""
+
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=40, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="management_tokens",
+    )
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="management_tokens"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.prefix

@@ -6,12 +6,14 @@ querysets, so an object out of scope is simply not found (404), never a 403 that
 Calls in scope: `routing.selectors.calls_visible_to` (routing sits above accounts).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
+from django.utils import timezone
 
-from accounts.models import AdminAction, ApiKey, Application, Member, Team
+from accounts.keys import MANAGEMENT_TOKEN_PREFIX, key_matches, key_prefix_of
+from accounts.models import AdminAction, ApiKey, Application, ManagementToken, Member, Team
 
 
 @dataclass(frozen=True)
@@ -112,3 +114,40 @@ def admin_actions_visible_to(viewer: Viewer) -> QuerySet[AdminAction]:
     if viewer.team_admin_of is not None:
         return AdminAction.objects.filter(team_id=viewer.team_admin_of)
     return AdminAction.objects.none()
+
+
+def management_token_find(plaintext: str) -> ManagementToken | None:
+    """The live (not revoked, not expired, its user active) management token this
+    plaintext is, or None. A gateway key (`sk-sluice-…`) never matches."""
+    prefix = key_prefix_of(plaintext, MANAGEMENT_TOKEN_PREFIX)
+    if prefix is None:
+        return None
+    token = ManagementToken.objects.select_related("user").filter(prefix=prefix).first()
+    if token is None or not key_matches(plaintext, token.secret_hash):
+        return None
+    if token.revoked_at is not None:
+        return None
+    if token.expires_at is not None and token.expires_at <= timezone.now():
+        return None
+    if token.user is not None and not token.user.is_active:
+        return None
+    return token
+
+
+def viewer_for_token(token: ManagementToken) -> Viewer:
+    """A token acts with its user's roles narrowed to its team; a token without a user is
+    an admin of everything (global) or of its team."""
+    label = f"token {token.prefix}"
+    if token.user is None:
+        if token.team_id is None:
+            return Viewer(None, label, True, None, None, None)
+        return Viewer(None, label, False, None, token.team_id, token.team_id)
+    viewer = viewer_for(token.user)
+    label = f"{viewer.label} ({label})"
+    if token.team_id is None:
+        return replace(viewer, label=label)
+    if viewer.is_staff or viewer.team_admin_of == token.team_id:
+        return Viewer(viewer.user_id, label, False, viewer.member_id, token.team_id, token.team_id)
+    if viewer.team_id == token.team_id:
+        return replace(viewer, label=label)
+    return replace(ANONYMOUS, label=label)  # the user has no role in that team

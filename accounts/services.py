@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.keys import NewKey, key_generate
-from accounts.models import AdminAction, ApiKey, Application, Member, Team
+from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
+from accounts.models import AdminAction, ApiKey, Application, ManagementToken, Member, Team
 from accounts.selectors import Viewer
 
 
@@ -148,3 +148,81 @@ def key_revoke(*, prefix: str) -> ApiKey:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])
     return key
+
+
+# --- management tokens (the /api/v1/ API) -----------------------------------------------
+
+
+@transaction.atomic
+def management_token_issue(
+    *,
+    actor: Actor,
+    name: str = "",
+    user_email: str | None = None,
+    team_slug: str | None = None,
+    expires_days: int | None = None,
+) -> tuple[ManagementToken, str]:
+    """Create a management token and return it with its plaintext, which exists only in
+    this return value. With a user it acts with that user's roles (narrowed to the team if
+    one is given); without one it is an admin token, global or of its team."""
+    user = None
+    if user_email is not None:
+        user = get_user_model().objects.filter(email=user_email, is_active=True).first()
+        if user is None:
+            raise AccountError(f"no active user with email {user_email!r}")
+    team = None
+    if team_slug is not None:
+        team = Team.objects.filter(slug=team_slug).first()
+        if team is None:
+            raise AccountError(f"no team {team_slug!r}")
+    if expires_days is not None and expires_days <= 0:
+        raise AccountError("expires-days must be a positive number of days")
+    new: NewKey = key_generate(MANAGEMENT_TOKEN_PREFIX)
+    token = ManagementToken.objects.create(
+        name=name,
+        prefix=new.prefix,
+        secret_hash=new.secret_hash,
+        user=user,
+        team=team,
+        expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+    )
+    admin_action_record(
+        actor=actor,
+        action="management_token.create",
+        obj=token,
+        object_type="management_token",
+        team_id=team.pk if team else None,
+        after={
+            "name": name,
+            "user": user_email,
+            "team": team_slug,
+            "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+        },
+    )
+    return token, new.plaintext
+
+
+@transaction.atomic
+def management_token_revoke(*, actor: Actor, prefix: str) -> ManagementToken:
+    token = ManagementToken.objects.filter(prefix=prefix).first()
+    if token is None:
+        raise AccountError(f"no management token with prefix {prefix!r}")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        admin_action_record(
+            actor=actor,
+            action="management_token.revoke",
+            obj=token,
+            object_type="management_token",
+            team_id=token.team_id,
+            after={"revoked_at": token.revoked_at.isoformat()},
+        )
+    return token
+
+
+def management_token_touch(*, token: ManagementToken) -> None:
+    """Coarse last-used time (at most one write a minute per token)."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
+        ManagementToken.objects.filter(pk=token.pk).update(last_used_at=now)
