@@ -91,11 +91,13 @@ def latency_field(latency_ms: float) -> str:
 
 
 class UsageRollup(models.Model):
-    """Usage per hour, key and deployment; applications, members and teams add up from it.
+    """Usage per hour, key, route and deployment; applications, members and teams add up
+    from it.
     Written by the audit writer with atomic upserts, so several workers lose no update."""
 
     hour = models.DateTimeField()
     key_prefix = models.CharField(max_length=40)
+    route = models.CharField(max_length=200, default="")  # the model the calls asked for
     deployment = models.CharField(max_length=50)  # "" for calls no deployment served
     member_id = models.BigIntegerField(null=True)
     application_id = models.BigIntegerField(null=True)
@@ -126,7 +128,8 @@ class UsageRollup(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "key_prefix", "deployment"], name="rollup_hour_key_deployment"
+                fields=["hour", "key_prefix", "route", "deployment"],
+                name="rollup_hour_key_route_deployment",
             )
         ]
         indexes = [

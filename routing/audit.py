@@ -209,17 +209,19 @@ _REFUSED = {Outcome.RATE_LIMITED, Outcome.BUDGET_EXCEEDED, Outcome.CONCURRENCY_L
 
 
 def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
-    """The batch added up per hour, key and deployment: use on the deployment that served,
+    """The batch added up per hour, key, route and deployment: use on the deployment that served,
     errors on the deployment that failed."""
-    rows: dict[tuple[datetime, str, str], dict[str, Any]] = {}
+    rows: dict[tuple[datetime, str, str, str], dict[str, Any]] = {}
 
     def row(call: CallLog, deployment: str) -> dict[str, Any]:
         hour = call.created_at.replace(minute=0, second=0, microsecond=0)
-        found = rows.get((hour, call.key_prefix, deployment))
+        route = call.requested_model[:200]
+        found = rows.get((hour, call.key_prefix, route, deployment))
         if found is None:
-            found = rows[(hour, call.key_prefix, deployment)] = {
+            found = rows[(hour, call.key_prefix, route, deployment)] = {
                 "hour": hour,
                 "key_prefix": call.key_prefix,
+                "route": route,
                 "deployment": deployment,
                 "member_id": call.member_id,
                 "application_id": call.application_id,
@@ -266,7 +268,7 @@ def _upsert_rollups(rows: list[dict[str, Any]]) -> None:
     sql = (
         f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in columns)}) "
         f"VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON CONFLICT (hour, key_prefix, deployment) DO UPDATE SET {added}"
+        f"ON CONFLICT (hour, key_prefix, route, deployment) DO UPDATE SET {added}"
     )
     _, values = _db_values(UsageRollup, rows)
     with connection.cursor() as cursor:

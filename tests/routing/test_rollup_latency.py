@@ -2,8 +2,10 @@
 
 from datetime import UTC, datetime
 
+import pytest
+
 from quotas.models import LATENCY_FIELDS, latency_field
-from routing.audit import AttemptLog, CallLog, _rollups
+from routing.audit import AttemptLog, CallLog, _rollups, _write
 from routing.models import Outcome
 
 HOUR = datetime(2026, 11, 29, 14, 0, tzinfo=UTC)
@@ -37,3 +39,18 @@ def test_rollups_count_latency_of_calls_that_reached_an_upstream_only():
     assert (big["latency_le_100ms"], big["latency_le_500ms"], big["latency_over"]) == (1, 2, 1)
     assert sum(big[f] for f in LATENCY_FIELDS) == 4
     assert sum(rows[""][f] for f in LATENCY_FIELDS) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rollups_upsert_per_route_and_add_up_across_batches():
+    from quotas.models import UsageRollup
+
+    first, second = _call(1, 50), _call(2, 300)
+    first.requested_model, second.requested_model = "smart", "fast"
+    _write([first, second])
+    third = _call(3, 2000)
+    third.requested_model = "smart"
+    _write([third])
+    rows = {r.route: r for r in UsageRollup.objects.filter(key_prefix="k1", deployment="big")}
+    assert (rows["smart"].requests, rows["fast"].requests) == (2, 1)
+    assert (rows["smart"].latency_le_100ms, rows["smart"].latency_le_2500ms) == (1, 1)
