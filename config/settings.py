@@ -142,6 +142,31 @@ SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 
 SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
 SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
 SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
+# Audit retention: `manage.py prune_audit` deletes calls older than this many days when no
+# --older-than is given (unset: it must be given). Usage rollups are kept.
+SLUICE_AUDIT_RETENTION_DAYS = (
+    float(os.environ["SLUICE_AUDIT_RETENTION_DAYS"])
+    if os.environ.get("SLUICE_AUDIT_RETENTION_DAYS")
+    else None
+)
+# GET /metrics (Prometheus): a bearer token; unset, only loopback clients may read it.
+SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
+# The capacity alert: a deployment whose capacity-error share over the window passes
+# SLUICE_CAPACITY_ALERT_SHARE (with at least the minimum of attempts in the window) is
+# flagged in the console, logged and posted to the webhook (Slack-compatible {"text": ...})
+# once per crossing, and once when it falls back under share x RECOVER_RATIO.
+SLUICE_CAPACITY_ALERT_SHARE = float(os.environ.get("SLUICE_CAPACITY_ALERT_SHARE", 0.2))
+SLUICE_CAPACITY_ALERT_WINDOW_SECONDS = int(
+    os.environ.get("SLUICE_CAPACITY_ALERT_WINDOW_SECONDS", 300)
+)
+SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS = int(os.environ.get("SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS", 20))
+SLUICE_CAPACITY_ALERT_RECOVER_RATIO = float(
+    os.environ.get("SLUICE_CAPACITY_ALERT_RECOVER_RATIO", 0.5)
+)
+SLUICE_CAPACITY_ALERT_WEBHOOK_URL = os.environ.get("SLUICE_CAPACITY_ALERT_WEBHOOK_URL", "")
+SLUICE_CAPACITY_ALERT_EVERY_SECONDS = float(
+    os.environ.get("SLUICE_CAPACITY_ALERT_EVERY_SECONDS", 30)
+)
 
 LOGGING = {
     "version": 1,
