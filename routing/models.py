@@ -51,6 +51,7 @@ class Deployment(models.Model):
     drained_until = models.DateTimeField(
         null=True, blank=True, help_text="Taken out of service (drill) until then."
     )
+    drain_reason = models.CharField(max_length=300, blank=True)
     config_error = models.CharField(max_length=300, blank=True)
     config_error_at = models.DateTimeField(null=True, blank=True)
 
@@ -187,6 +188,8 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["call", "number"]
+        # The console's capacity-error share per deployment reads recent attempts by time.
+        indexes = [models.Index(fields=["started_at"], name="attempt_started")]
         constraints = [
             models.UniqueConstraint(fields=["call", "number"], name="attempt_number_unique")
         ]
