@@ -41,9 +41,12 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "quotas",
     "routing",
+    "api",
 ]
 
 # The proxy (/v1/) is served by a handler without this stack (see config/asgi.py):
@@ -174,4 +177,43 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("SLUICE_LOG_LEVEL", "INFO")},
+}
+
+# --- Management API (/api/v1/) ------------------------------------------------------------
+# Throttles count in the default cache: Redis when REDIS_URL is set (shared by every worker).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "api.authentication.ManagementTokenAuthentication",
+        "api.authentication.ConsoleSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.HasRole"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.CallerThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "caller": os.environ.get("SLUICE_API_THROTTLE", "600/min"),
+    },
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.Page",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sluice management API",
+    "DESCRIPTION": (
+        "Teams, members, applications, keys, limits, deployments, config, usage and calls. "
+        "Authenticate with a management token (`Authorization: Bearer sk-sluice-admin-…`) "
+        "or the console session (with its CSRF token). Every error is "
+        '`{"error": {"message", "type", "code", "param"}}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.errors.document_errors",
+    ],
 }

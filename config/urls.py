@@ -1,5 +1,6 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.contrib.staticfiles.views import serve as serve_static
+from django.urls import include, path, re_path
 
 from routing import views
 
@@ -11,4 +12,8 @@ urlpatterns = [
     path("v1/models/<path:name>", views.model_detail),
     re_path(r"^v1/(?P<path>.*)$", views.not_found),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("api.urls")),
+    # Our own static files (the API docs' Swagger UI and Redoc, the console's CSS), served
+    # by Sluice itself: no CDN, no separate web server needed for a small install.
+    re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
 ]
