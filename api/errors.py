@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -80,6 +81,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     response = drf_exception_handler(exc, context)
     if response is None:
         log.exception("management API: unexpected error", exc_info=exc)
+        _render_as_json(context)
         return Response(
             error_body(500, "Internal error; it has been logged.", code="internal_error"),
             status=status.HTTP_500_INTERNAL_SERVER_ERROR,
@@ -96,7 +98,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, exceptions.ValidationError) and isinstance(exc.detail, dict):
         body["error"]["fields"] = {p or "non_field_errors": m for p, m in pairs}
     response.data = body
+    _render_as_json(context)
     return response
+
+
+def _render_as_json(context: dict[str, Any]) -> None:
+    """Errors are JSON whatever format the success would have been (TOML, CSV)."""
+    request = context.get("request")
+    if request is not None:
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = "application/json"
 
 
 # --- the schema: every operation documents the errors it may answer ----------------------

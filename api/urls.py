@@ -31,6 +31,10 @@ urlpatterns = [
         "docs/", SpectacularSwaggerView.as_view(url_name="api-schema", **_public), name="api-docs"
     ),
     path(
-        "redoc/", SpectacularRedocView.as_view(url_name="api-schema", **_public), name="api-redoc"
+        "redoc/",
+        SpectacularRedocView.as_view(
+            url_name="api-schema", template_name="api/redoc.html", **_public
+        ),
+        name="api-redoc",
     ),
 ]

@@ -34,10 +34,6 @@ class CSVRenderer(BaseRenderer):
     def render(self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None):
         out = io.StringIO()
         writer = csv.writer(out)
-        if isinstance(data, dict) and "error" in data:
-            writer.writerow(["error", "message"])
-            writer.writerow([data["error"]["type"], data["error"]["message"]])
-            return out.getvalue().encode()
         writer.writerow([data["group_by"], *(header for _, header in COLUMNS)])
         for row in [*data["rows"], data["totals"]]:
             writer.writerow([row["label"], *(row[attr] for attr, _ in COLUMNS)])

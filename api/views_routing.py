@@ -11,7 +11,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import BaseParser
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -253,11 +253,7 @@ class TomlRenderer(BaseRenderer):
     charset = "utf-8"
 
     def render(self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None):
-        if isinstance(data, str):
-            return data.encode()
-        import json
-
-        return json.dumps(data).encode()  # an error body, when TOML was asked for
+        return data.encode()
 
 
 class TomlParser(BaseParser):
@@ -278,7 +274,7 @@ class TextTomlParser(TomlParser):
 
 
 class ConfigExport(APIView):
-    renderer_classes = [TomlRenderer, JSONRenderer]
+    renderer_classes = [TomlRenderer]
 
     @extend_schema(
         responses={(200, "application/toml"): OpenApiResponse(response=str)},
