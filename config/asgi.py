@@ -2,10 +2,11 @@
 
 Cheap paths are answered before Django: `/healthz`, and the proxy's `/v1/…` through a lean
 handler without the middleware stack (routing/proxy_handler.py). Everything else (admin,
-console) goes through Django's full handler. Lifespan shutdown writes the audit rows still
-in memory.
+console) goes through Django's full handler. Lifespan startup starts the capacity alert
+loop; shutdown writes the audit rows still in memory.
 """
 
+import asyncio
 import gc
 import os
 from typing import Any
@@ -18,6 +19,7 @@ django.setup()
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
 from routing.audit import audit_writer  # noqa: E402
+from routing.capacity_alert import capacity_alert_loop  # noqa: E402
 from routing.proxy_handler import ProxyHandler  # noqa: E402
 from routing.upstream import close_sessions  # noqa: E402
 
@@ -28,6 +30,7 @@ class Application:
     def __init__(self) -> None:
         self.django = ASGIHandler()
         self.proxy = ProxyHandler()
+        self._alerts: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -53,8 +56,12 @@ class Application:
                 # collector from scanning it again and again under load.
                 gc.collect()
                 gc.freeze()
+                # Every worker runs it; a Redis lock lets one of them evaluate each round.
+                self._alerts = asyncio.get_running_loop().create_task(capacity_alert_loop())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._alerts is not None:
+                    self._alerts.cancel()
                 await audit_writer.flush()
                 await close_sessions()
                 await send({"type": "lifespan.shutdown.complete"})
