@@ -22,6 +22,7 @@ from django.db.models import DateTimeField, DecimalField, GenericIPAddressField,
 from django.db.models.constants import OnConflict
 
 from quotas.models import LATENCY_FIELDS, UsageRollup, latency_field
+from routing.metrics import metrics_record
 from routing.models import Attempt, CallRecord, Outcome
 
 log = logging.getLogger("sluice.audit")
@@ -311,6 +312,7 @@ class AuditWriter:
         if len(self._pending) >= _MAX_PENDING:
             log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
             return
+        metrics_record(call)
         self._pending.append(call)
         self._ensure_task()
 
