@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "accounts",
     "quotas",
     "routing",
+    "console",
     "api",
 ]
 
@@ -74,6 +75,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context.console",
             ],
         },
     },
@@ -121,6 +123,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+# The console: Django's own login, sessions and CSRF.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 # The proxy reads the body itself; Django's own cap would answer outside OpenAI's error shape.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
@@ -145,6 +151,8 @@ SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 
 SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
 SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
 SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
+# How often the console's capacity board refreshes itself (seconds).
+SLUICE_CONSOLE_REFRESH_SECONDS = float(os.environ.get("SLUICE_CONSOLE_REFRESH_SECONDS", 5))
 # Audit retention: `manage.py prune_audit` deletes calls older than this many days when no
 # --older-than is given (unset: it must be given). Usage rollups are kept.
 SLUICE_AUDIT_RETENTION_DAYS = (

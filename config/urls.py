@@ -16,4 +16,6 @@ urlpatterns = [
     # Our own static files (the API docs' Swagger UI and Redoc, the console's CSS), served
     # by Sluice itself: no CDN, no separate web server needed for a small install.
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
+    # The console (templates/console/): last, it answers at /.
+    path("", include("console.urls")),
 ]
