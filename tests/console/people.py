@@ -45,8 +45,9 @@ def _user(email: str, *, password: str | None, is_staff: bool = False):
 
 def make_people(*, tag: str, password: str | None = None, home: Team | None = None) -> People:
     """Create everyone, emails ending in `-{tag}@example.com` so several sets can live in one
-    database. `home` reuses an existing team (the browser tests use the demo team, whose
-    application reaches the live simulator)."""
+    database; no name is a substring of another, so pages can be searched for them.
+    `home` reuses an existing team (the browser tests use the demo team, whose application
+    reaches the live simulator)."""
 
     def email(name: str) -> str:
         return f"{name}-{tag}@example.com"
@@ -62,15 +63,15 @@ def make_people(*, tag: str, password: str | None = None, home: Team | None = No
     users = {}
     members = {}
     for role, name, team, member_role in (
-        ("member", "member", home, Member.Role.MEMBER),
-        ("member_peer", "peer", home, Member.Role.MEMBER),
-        ("team_admin", "teamadmin", home, Member.Role.ADMIN),
-        ("other_member", "rivalmember", rival, Member.Role.MEMBER),
-        ("other_team_admin", "rivaladmin", rival, Member.Role.ADMIN),
+        ("member", "alice", home, Member.Role.MEMBER),
+        ("member_peer", "bob", home, Member.Role.MEMBER),
+        ("team_admin", "tina", home, Member.Role.ADMIN),
+        ("other_member", "carl", rival, Member.Role.MEMBER),
+        ("other_team_admin", "olga", rival, Member.Role.ADMIN),
     ):
         users[role] = _user(email(name), password=password)
         members[role] = Member.objects.create(user=users[role], team=team, role=member_role)
-    users["staff"] = _user(email("staff"), password=password, is_staff=True)
+    users["staff"] = _user(email("sam"), password=password, is_staff=True)
 
     keys = {}
     for label, role, app in (
