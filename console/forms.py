@@ -49,6 +49,8 @@ class KeyCreateForm(forms.Form):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.fields["application"].queryset = applications.order_by("slug")
+        if applications.count() == 1:
+            self.fields["application"].initial = applications.first()
         if members is None:
             del self.fields["member"]
         else:
@@ -178,7 +180,9 @@ class LimitTargetForm(forms.Form):
         ]
     )
     name = forms.CharField(
-        max_length=254, help_text="Team or application slug, member email, or key prefix."
+        max_length=254,
+        help_text="Team or application slug, member email, or key prefix.",
+        widget=forms.TextInput(attrs={"placeholder": "slug, email or key prefix"}),
     )
 
 

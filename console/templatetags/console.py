@@ -56,3 +56,33 @@ def bar_height(value: Any, peak: Any) -> int:
         return round(100 * float(value) / float(peak)) if peak else 0
     except (TypeError, ValueError, ZeroDivisionError):
         return 0
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(_show(v) for v in value) or "none"
+    return str(value)
+
+
+@register.filter
+def changes(action: Any) -> list[tuple[str, str, str]]:
+    """An admin action's before → after as (field, before, after) for the fields that
+    differ (all of them for a creation or a removal)."""
+    before, after = action.before or {}, action.after or {}
+    rows = []
+    for name in dict.fromkeys([*before, *after]):
+        old, new = before.get(name), after.get(name)
+        if name in before and name in after and old == new:
+            continue
+        rows.append(
+            (
+                name,
+                _show(old) if name in before else "",
+                _show(new) if name in after else "",
+            )
+        )
+    return rows
