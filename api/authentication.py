@@ -29,6 +29,9 @@ class TokenUser:
     def __str__(self) -> str:
         return self.label
 
+    def get_username(self) -> str:
+        return self.label
+
 
 class ManagementTokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[object, ManagementToken] | None:

@@ -8,16 +8,20 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from accounts.models import AdminAction
-from accounts.selectors import ANONYMOUS, Viewer, viewer_for
+from accounts.models import AdminAction, ManagementToken
+from accounts.selectors import ANONYMOUS, Viewer, viewer_for, viewer_for_token
 from accounts.services import Actor
 
 
 def viewer_of(request: Request) -> Viewer:
     viewer = getattr(request, "_sluice_viewer", None)
     if viewer is None:
-        user = request.user
-        viewer = viewer_for(user) if user is not None else ANONYMOUS
+        if isinstance(request.auth, ManagementToken):
+            viewer = viewer_for_token(request.auth)
+        elif request.user is not None:
+            viewer = viewer_for(request.user)
+        else:
+            viewer = ANONYMOUS
         request._sluice_viewer = viewer  # type: ignore[attr-defined]
     return viewer
 

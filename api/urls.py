@@ -1,4 +1,4 @@
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 from rest_framework.routers import DefaultRouter
@@ -37,4 +37,6 @@ urlpatterns = [
         ),
         name="api-redoc",
     ),
+    # Anything else under /api/v1/ is a 404 in the API's error shape, not an HTML page.
+    re_path(r"^.*$", views_accounts.not_found),
 ]

@@ -8,8 +8,14 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.decorators import (
+    action,
+    api_view,
+    authentication_classes,
+    permission_classes,
+)
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -270,3 +276,11 @@ class AdminActionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 
     def get_queryset(self) -> QuerySet:
         return admin_actions_visible_to(viewer_of(self.request)).order_by("-at", "-id")
+
+
+@extend_schema(exclude=True)
+@api_view(["GET", "POST", "PUT", "PATCH", "DELETE"])
+@authentication_classes([])
+@permission_classes([AllowAny])
+def not_found(request: Request) -> Response:
+    raise NotFound(f"No API endpoint {request.path}.")

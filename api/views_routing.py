@@ -36,12 +36,14 @@ from routing.selectors import deployment_board
 
 
 def _limit_out(row: Any) -> dict[str, Any]:
-    return {
-        "scope": row.scope,
-        "name": row.name,
-        "limits": {f: getattr(row.limit, f) for f in LIMIT_FIELDS},
-        "usage": row.usage.__dict__,
-    }
+    return s.LimitOut(
+        {
+            "scope": row.scope,
+            "name": row.name,
+            "limits": {f: getattr(row.limit, f) for f in LIMIT_FIELDS},
+            "usage": row.usage.__dict__,
+        }
+    ).data
 
 
 def _target(request: Request, scope: str, name: str) -> tuple[dict[str, Any], int]:

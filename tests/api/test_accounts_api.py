@@ -294,3 +294,31 @@ def test_rotate_with_a_revoked_key_is_a_clear_400(world: Any, client_as: Any) ->
     path = f"/api/v1/keys/{world.member_key_prefix}/rotate/"
     error = assert_error(admin.post(path, {}, format="json"), 400)
     assert "revoked" in error["message"]
+
+
+def test_a_command_issued_admin_token_acts_and_is_named_in_the_log(world: Any) -> None:
+    from rest_framework.test import APIClient
+
+    from accounts.services import SYSTEM, management_token_issue
+
+    token, plaintext = management_token_issue(actor=SYSTEM, name="bot")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    assert client.post("/api/v1/teams/", {"slug": "bots"}, format="json").status_code == 201
+    action = AdminAction.objects.get(action="team.create")
+    assert action.actor_id is None and action.actor_label == f"token {token.prefix}"
+    team_token, team_plaintext = management_token_issue(actor=SYSTEM, team_slug="acme")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {team_plaintext}")
+    assert client.get("/api/v1/teams/").json()["count"] == 1
+    assert_error(client.post("/api/v1/teams/", {"slug": "more"}, format="json"), 403)
+    assert_error(client.get("/api/v1/teams/globex/"), 404)
+    assert client.patch("/api/v1/teams/acme/", {"name": "A"}, format="json").status_code == 200
+
+
+def test_options_and_unknown_paths_answer_in_the_error_shape(client_as: Any) -> None:
+    admin = client_as("admin")
+    assert_error(admin.options("/api/v1/keys/"), 405)
+    assert_error(admin.options("/api/v1/config/"), 405)
+    assert_error(admin.get("/api/v1/nothing-here/"), 404)
+    assert_error(admin.get("/api/v1/admin-actions/1.5e-11/"), 404)
+    assert_error(client_as("anonymous").get("/api/v1/nope"), 404)
