@@ -50,6 +50,20 @@ class Page:
 
 # The key prefixes, emails and call ids of alice (member), bob (her peer), carl (rival).
 MINE, PEER, RIVAL = ("{alice_key}", "{alice}"), ("{bob_key}", "{bob}"), ("{carl_key}", "{carl}")
+CALLS = ("{alice_call}", "{bob_call}", "{carl_call}")
+CALLS_SHOWN = {
+    "member": CALLS[:1],
+    "other_member": CALLS[2:],
+    "team_admin": CALLS[:2],
+    "other_team_admin": CALLS[2:],
+    "staff": CALLS,
+}
+CALLS_HIDDEN = {
+    "member": CALLS[1:],
+    "other_member": CALLS[:2],
+    "team_admin": CALLS[2:],
+    "other_team_admin": CALLS[:2],
+}
 PAGES = [
     Page("/", EVERYONE),
     Page("/board/", EVERYONE),
@@ -137,6 +151,30 @@ PAGES = [
             "team_admin": ("{alice_call}", "{bob_call}", "{carl_call}"),
         },
     ),
+    # Issue 13: reports and the call explorer.
+    Page(
+        "/reports/?group_by=member",
+        EVERYONE,
+        shows={"member": ("{alice}",), "team_admin": ("{alice}", "{bob}"), "staff": ("{carl}",)},
+        hides={
+            "member": ("{bob}", "{carl}"),
+            "other_member": ("{alice}", "{bob}"),
+            "team_admin": ("{carl}",),
+            "other_team_admin": ("{alice}", "{bob}"),
+        },
+    ),
+    Page(
+        "/reports/?group_by=member&format=csv",
+        EVERYONE,
+        shows={"member": ("{alice}",), "other_team_admin": ("{carl}",)},
+        hides={"member": ("{bob}", "{carl}"), "other_team_admin": ("{alice}", "{bob}")},
+    ),
+    Page("/reports/served/", EVERYONE),
+    Page("/reports/weather/", MANAGERS),
+    Page("/calls/", EVERYONE, shows=CALLS_SHOWN, hides=CALLS_HIDDEN),
+    Page("/calls/export.csv", EVERYONE, shows=CALLS_SHOWN, hides=CALLS_HIDDEN),
+    Page("/calls/{alice_call}/", expect(200, other_member=404, other_team_admin=404)),
+    Page("/calls/{carl_call}/", expect(200, member=404, team_admin=404)),
     Page(
         "/actions/",
         MANAGERS,
@@ -395,7 +433,7 @@ ACTIONS = [
 @pytest.fixture
 def people(db: None) -> People:
     from accounts.services import member_ensure
-    from quotas.models import Limit
+    from quotas.models import Limit, UsageRollup
     from routing.models import CallRecord, Deployment, Upstream
 
     found = make_people(tag="m")
@@ -411,6 +449,7 @@ def people(db: None) -> People:
     dora = member_ensure(email=_dora(found), team=found.home)
     dora.user.is_active = False
     dora.user.save(update_fields=["is_active"])
+    now = timezone.now()
     for label, role in (
         ("member", "member"),
         ("member_peer", "member_peer"),
@@ -429,6 +468,15 @@ def people(db: None) -> People:
             requested_model="smart",
             outcome="success",
             status_code=200,
+        )
+        UsageRollup.objects.create(
+            hour=now.replace(minute=0, second=0, microsecond=0),
+            key_prefix=found.keys[label].prefix,
+            deployment="perm-dep",
+            member_id=member.pk,
+            application_id=found.keys[label].application_id,
+            team_id=member.team_id,
+            requests=3,
         )
     Limit.objects.create(scope="team", team=found.home, requests_per_minute=1000)
     return found
@@ -486,6 +534,21 @@ def check_status(response: Any, wanted: int | str, what: str) -> None:
         )
 
 
+def read_body(response: Any) -> str:
+    """The page, or a streamed download (sync or async iterator) read to the end."""
+    if not getattr(response, "streaming", False):
+        return response.content.decode()
+    content = response.streaming_content
+    if hasattr(content, "__aiter__"):
+        from asgiref.sync import async_to_sync
+
+        async def read() -> bytes:
+            return b"".join([chunk async for chunk in content])
+
+        return async_to_sync(read)().decode()
+    return b"".join(content).decode()
+
+
 def _page_id(page: Page) -> str:
     return page.path
 
@@ -499,7 +562,7 @@ def test_page_answers_each_role_as_the_rules_say(people: People, page: Page, rol
     check_status(response, page.expect[role], f"GET {path} as {role}")
     if response.status_code != 200:
         return
-    body = response.content.decode()
+    body = read_body(response)
     for shown in page.shows.get(role, ()):
         assert shown.format(**fill) in body, f"GET {path} as {role}: {shown} missing"
     for hidden in page.hides.get(role, ()):
