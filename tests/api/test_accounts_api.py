@@ -307,7 +307,7 @@ def test_a_command_issued_admin_token_acts_and_is_named_in_the_log(world: Any) -
     assert client.post("/api/v1/teams/", {"slug": "bots"}, format="json").status_code == 201
     action = AdminAction.objects.get(action="team.create")
     assert action.actor_id is None and action.actor_label == f"token {token.prefix}"
-    team_token, team_plaintext = management_token_issue(actor=SYSTEM, team_slug="acme")
+    _, team_plaintext = management_token_issue(actor=SYSTEM, team_slug="acme")
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {team_plaintext}")
     assert client.get("/api/v1/teams/").json()["count"] == 1
     assert_error(client.post("/api/v1/teams/", {"slug": "more"}, format="json"), 403)
