@@ -17,6 +17,10 @@ def _nav(role: str) -> list[tuple[str, str, str]]:
     """(url name, label, test id) for the viewer's role."""
     items = [("console:overview", "Overview", "nav-overview"), ("console:keys", "Keys", "nav-keys")]
     items.append(("console:usage", "My usage", "nav-usage"))
+    items += [
+        ("console:report_usage", "Reports", "nav-reports"),
+        ("console:calls", "Calls", "nav-calls"),
+    ]
     items.append(("console:limits", "Limits", "nav-limits"))
     if role in ("admin", "team_admin"):
         items += [

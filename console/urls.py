@@ -1,7 +1,15 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console import views, views_config, views_deployments, views_keys, views_limits
+from console import (
+    views,
+    views_calls,
+    views_config,
+    views_deployments,
+    views_keys,
+    views_limits,
+    views_reports,
+)
 from console import views_people as people
 from console.forms import LoginForm
 
@@ -82,4 +90,10 @@ urlpatterns = [
     path("config/upload/", views_config.config_upload, name="config_upload"),
     path("usage/", views.usage, name="usage"),
     path("actions/", views.actions, name="actions"),
+    path("reports/", views_reports.usage_report_view, name="report_usage"),
+    path("reports/served/", views_reports.served_view, name="report_served"),
+    path("reports/weather/", views_reports.weather_view, name="report_weather"),
+    path("calls/", views_calls.call_list, name="calls"),
+    path("calls/export.csv", views_calls.call_export, name="calls_export"),
+    path("calls/<str:request_id>/", views_calls.call_detail, name="call_detail"),
 ]

@@ -162,7 +162,15 @@ class CallRecord(models.Model):
     client_ip = models.GenericIPAddressField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["member", "created_at"], name="call_member_time")]
+        indexes = [
+            models.Index(fields=["member", "created_at"], name="call_member_time"),
+            # The call explorer's filters, each with time for its newest-first keyset paging.
+            models.Index(fields=["application", "created_at"], name="call_app_time"),
+            models.Index(fields=["served_deployment", "created_at"], name="call_served_time"),
+            models.Index(fields=["requested_model", "created_at"], name="call_route_time"),
+            models.Index(fields=["outcome", "created_at"], name="call_outcome_time"),
+            models.Index(fields=["key_prefix", "created_at"], name="call_key_time"),
+        ]
 
     def __str__(self) -> str:
         return self.request_id
