@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from api import views_accounts, views_reports, views_routing
 
 router = DefaultRouter()
+router.trailing_slash = "/?"  # with or without the final slash
 router.include_root_view = False
 router.register("teams", views_accounts.TeamViewSet, basename="team")
 router.register("members", views_accounts.MemberViewSet, basename="member")
