@@ -11,6 +11,7 @@ throw-away SQLite database otherwise), then prints, side by side in one run:
 
 import argparse
 import asyncio
+import logging
 import os
 import statistics
 import sys
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--every", type=float, default=0.1, help="seconds between scrapes")
     args = parser.parse_args()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's settings log requests
     print(f"metrics_record: {record_cost():.2f} µs per call (this process)")
     with stack() as s:
         slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
