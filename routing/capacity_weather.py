@@ -117,7 +117,9 @@ def capacity_weather(
     found = qs.values("hour", "deployment").annotate(**_SUMS).order_by()
     grids: dict[str, list[list[Cell]]] = {}
     for v in found:
-        grid = grids.setdefault(v["deployment"], [[Cell() for _ in range(24)] for _ in DAYS])
+        grid = grids.get(v["deployment"])
+        if grid is None:  # not setdefault: that would build a 7x24 grid for every row
+            grid = grids[v["deployment"]] = [[Cell() for _ in range(24)] for _ in DAYS]
         local = v["hour"].astimezone(zone)
         cell = grid[local.weekday()][local.hour]
         cell.calls += int(v["s_requests"] or 0)
