@@ -5,6 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from accounts.models import AdminAction, ApiKey, Application, Fallback, Member, PriorityClass, Team
+from routing.models import Outcome
 
 
 class StrictSerializer(serializers.Serializer):
@@ -371,16 +372,36 @@ class UsageReportOut(serializers.Serializer):
     totals = UsageRowOut()
 
 
+class CallQuery(StrictSerializer):
+    """The call explorer's filters (routing/call_explorer.py), and paging."""
+
+    since = serializers.DateTimeField(required=False, help_text="ISO 8601, inclusive")
+    until = serializers.DateTimeField(required=False, help_text="ISO 8601, exclusive")
+    team = serializers.CharField(max_length=50, required=False, help_text="team slug")
+    application = serializers.CharField(max_length=50, required=False, help_text="slug")
+    member = serializers.CharField(max_length=254, required=False, help_text="member email")
+    key = serializers.CharField(max_length=40, required=False, help_text="key prefix (or start)")
+    model = serializers.CharField(max_length=200, required=False, help_text="route asked for")
+    deployment = serializers.CharField(max_length=50, required=False, help_text="served by")
+    outcome = serializers.ChoiceField(choices=Outcome.choices, required=False)
+    priority = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
+    stream = serializers.BooleanField(required=False)
+    fell_back = serializers.BooleanField(required=False)
+    min_latency_ms = serializers.FloatField(min_value=0, max_value=1e9, required=False)
+    cursor = serializers.CharField(max_length=500, required=False, help_text="from `next`")
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+
+
 class AttemptOut(serializers.Serializer):
     number = serializers.IntegerField()
     deployment = serializers.CharField()
-    started_at = serializers.DateTimeField()
+    offset_ms = serializers.FloatField(help_text="from the call's arrival")
     duration_ms = serializers.FloatField()
     status_code = serializers.IntegerField(allow_null=True)
     error_class = serializers.CharField()
-    retry_delay_ms = serializers.FloatField(allow_null=True)
-    retry_reason = serializers.CharField()
-    skipped = serializers.CharField()
+    wait_ms = serializers.FloatField(allow_null=True, help_text="the wait chosen before it")
+    wait_reason = serializers.CharField()
+    skipped = serializers.CharField(help_text="not sent: breaker, concurrency, budget, drain")
 
 
 class CallOut(serializers.Serializer):
@@ -411,3 +432,8 @@ class CallOut(serializers.Serializer):
 
 class CallDetailOut(CallOut):
     attempts = AttemptOut(many=True)
+
+
+class CallPageOut(serializers.Serializer):
+    next = serializers.CharField(allow_null=True, help_text="the next (older) page")
+    results = CallOut(many=True)

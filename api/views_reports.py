@@ -3,15 +3,12 @@
 
 import csv
 import io
-from datetime import UTC
 from typing import Any
 
-from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import mixins, viewsets
-from rest_framework.exceptions import ValidationError
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import viewsets
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,11 +16,15 @@ from rest_framework.views import APIView
 
 from accounts.selectors import applications_visible_to, members_visible_to, teams_visible_to
 from api import serializers as s
-from api.pagination import NewestFirst
 from api.permissions import viewer_of
 from quotas.usage_report import COLUMNS, ReportError, period_for, team_zone, usage_report
-from routing.models import Outcome
-from routing.selectors import calls_visible_to
+from routing.call_explorer import (
+    CallFilter,
+    ExplorerError,
+    call_find,
+    call_page,
+    call_timeline,
+)
 
 
 class CSVRenderer(BaseRenderer):
@@ -119,62 +120,61 @@ class UsageReportView(APIView):
         )
 
 
-_CALL_FILTERS = [
-    OpenApiParameter("member", str, description="member email"),
-    OpenApiParameter("application", str, description="application slug"),
-    OpenApiParameter("key", str, description="key prefix"),
-    OpenApiParameter("model", str, description="the model (route) asked for"),
-    OpenApiParameter("deployment", str, description="the deployment that served"),
-    OpenApiParameter("outcome", str, enum=Outcome.values),
-    OpenApiParameter("fell_back", bool),
-    OpenApiParameter("since", str, description="ISO 8601 time"),
-    OpenApiParameter("until", str, description="ISO 8601 time"),
-]
+class CallViewSet(viewsets.ViewSet):
+    """Calls in the caller's scope through the call explorer (routing/call_explorer.py):
+    its filters, newest first, a keyset cursor (`next`); one call with its attempts."""
 
-
-@extend_schema(parameters=_CALL_FILTERS)
-class CallViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Calls in the caller's scope, newest first, with a cursor (`next`/`previous` links)."""
-
-    pagination_class = NewestFirst
     lookup_field = "request_id"
     lookup_value_regex = r"[^/]+"
 
-    def get_serializer_class(self) -> type:
-        return s.CallDetailOut if self.action == "retrieve" else s.CallOut
+    @extend_schema(parameters=[s.CallQuery], responses={200: s.CallPageOut})
+    def list(self, request: Request) -> Response:
+        query = s.CallQuery(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        q = dict(query.validated_data)
+        viewer = viewer_of(request)
+        ids: dict[str, int] = {}
+        for name, qs, field in (
+            ("team", teams_visible_to(viewer), "slug"),
+            ("application", applications_visible_to(viewer), "slug"),
+            ("member", members_visible_to(viewer), "user__email"),
+        ):
+            if name in q:
+                pk = qs.filter(**{field: q[name]}).values_list("pk", flat=True).first()
+                if pk is None:
+                    raise ValidationError({name: f"No {name} {q[name]!r}."})
+                ids[f"{name}_id"] = pk
+        filters = CallFilter(
+            since=q.get("since"),
+            until=q.get("until"),
+            key_prefix=q.get("key", ""),
+            route=q.get("model", ""),
+            deployment=q.get("deployment", ""),
+            outcome=q.get("outcome", ""),
+            priority=q.get("priority", ""),
+            stream=q.get("stream"),
+            fell_back=q.get("fell_back"),
+            min_latency_ms=q.get("min_latency_ms"),
+            **ids,
+        )
+        try:
+            page = call_page(
+                viewer=viewer, filters=filters, cursor=q.get("cursor"), size=q["limit"]
+            )
+        except ExplorerError as exc:
+            param = "cursor" if q.get("cursor") else "outcome"
+            raise ValidationError({param: str(exc)}) from None
+        next_url = None
+        if page.next_cursor:
+            params = request.query_params.copy()
+            params["cursor"] = page.next_cursor
+            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        return Response({"next": next_url, "results": s.CallOut(page.calls, many=True).data})
 
-    def get_queryset(self) -> QuerySet:
-        qs = calls_visible_to(viewer_of(self.request))
-        if self.action == "retrieve":
-            return qs.prefetch_related("attempts")
-        p = self.request.query_params
-        exact = {
-            "member": "member_email",
-            "application": "application_slug",
-            "key": "key_prefix",
-            "model": "requested_model",
-            "deployment": "served_deployment",
-        }
-        for param, column in exact.items():
-            if p.get(param):
-                qs = qs.filter(**{column: p[param]})
-        if p.get("outcome"):
-            if p["outcome"] not in Outcome.values:
-                raise ValidationError({"outcome": f"Must be one of {', '.join(Outcome.values)}."})
-            qs = qs.filter(outcome=p["outcome"])
-        if p.get("fell_back"):
-            if p["fell_back"] not in ("true", "false"):
-                raise ValidationError({"fell_back": "Must be true or false."})
-            qs = qs.filter(fell_back=p["fell_back"] == "true")
-        for param, lookup in (("since", "created_at__gte"), ("until", "created_at__lt")):
-            if p.get(param):
-                try:
-                    moment = parse_datetime(p[param])
-                except ValueError:
-                    moment = None
-                if moment is None:
-                    raise ValidationError({param: "Must be an ISO 8601 date and time."})
-                if timezone.is_naive(moment):
-                    moment = timezone.make_aware(moment, UTC)
-                qs = qs.filter(**{lookup: moment})
-        return qs
+    @extend_schema(responses={200: s.CallDetailOut})
+    def retrieve(self, request: Request, request_id: str) -> Response:
+        call = call_find(viewer=viewer_of(request), request_id=request_id)
+        if call is None:
+            raise NotFound(f"No call {request_id!r}.")
+        steps = [step.__dict__ for step in call_timeline(call)]
+        return Response({**s.CallOut(call).data, "attempts": s.AttemptOut(steps, many=True).data})

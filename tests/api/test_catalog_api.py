@@ -267,7 +267,12 @@ def test_calls_cursor_and_filters(world: Any, calls: None, client_as: Any) -> No
     assert not admin.get("/api/v1/calls/?deployment=nope").json()["results"]
     assert_error(admin.get("/api/v1/calls/?outcome=bogus"), 400)
     assert_error(admin.get("/api/v1/calls/?since=yesterday"), 400)
-    assert_error(admin.get("/api/v1/calls/?cursor=garbage"), 404)
+    assert assert_error(admin.get("/api/v1/calls/?cursor=garbage"), 400)["param"] == "cursor"
+    assert_error(admin.get("/api/v1/calls/?limit=0"), 400)
+    assert_error(admin.get("/api/v1/calls/?member=nobody@x.test"), 400)
+    assert_error(admin.get("/api/v1/calls/?bogus=1"), 400)
+    slow = admin.get("/api/v1/calls/?min_latency_ms=0&stream=false&priority=interactive")
+    assert slow.status_code == 200
     assert_error(admin.get("/api/v1/calls/no-such-call/"), 404)
 
 
