@@ -151,3 +151,13 @@ def viewer_for_token(token: ManagementToken) -> Viewer:
     if viewer.team_id == token.team_id:
         return replace(viewer, label=label)
     return replace(ANONYMOUS, label=label)  # the user has no role in that team
+
+
+def management_tokens_visible_to(viewer: Viewer) -> QuerySet[ManagementToken]:
+    """Staff: every management token; anyone else: their own."""
+    qs = ManagementToken.objects.select_related("user", "team")
+    if viewer.is_staff:
+        return qs
+    if viewer.user_id is not None:
+        return qs.filter(user_id=viewer.user_id)
+    return qs.none()

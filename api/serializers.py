@@ -437,3 +437,29 @@ class CallDetailOut(CallOut):
 class CallPageOut(serializers.Serializer):
     next = serializers.CharField(allow_null=True, help_text="the next (older) page")
     results = CallOut(many=True)
+
+
+# --- management tokens --------------------------------------------------------------------
+
+
+class TokenOut(serializers.Serializer):
+    prefix = serializers.CharField()
+    name = serializers.CharField()
+    user = serializers.EmailField(source="user.email", allow_null=True, default=None)
+    team = serializers.CharField(source="team.slug", allow_null=True, default=None)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+
+class IssuedTokenOut(TokenOut):
+    token = serializers.CharField(help_text="The full token. Shown only in this response.")
+
+
+class TokenCreate(StrictSerializer):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    team = serializers.RegexField(required=False, help_text="narrow the token to a team", **SLUG)
+    expires_days = serializers.IntegerField(
+        min_value=1, max_value=3650, required=False, allow_null=True
+    )

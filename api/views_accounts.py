@@ -25,6 +25,7 @@ from accounts.selectors import (
     admin_actions_visible_to,
     applications_visible_to,
     keys_visible_to,
+    management_tokens_visible_to,
     members_visible_to,
     teams_visible_to,
 )
@@ -284,3 +285,45 @@ class AdminActionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 @permission_classes([AllowAny])
 def not_found(request: Request) -> Response:
     raise NotFound(f"No API endpoint {request.path}.")
+
+
+class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Management tokens. A console user makes their own (it acts with their role, narrowed
+    to a team if asked); the token is shown once. Tokens do not make tokens: creating one
+    needs the console session (or `manage.py issue_admin_token`)."""
+
+    serializer_class = s.TokenOut
+    lookup_field = "prefix"
+    lookup_value_regex = r"[^/]+"
+
+    def get_queryset(self) -> QuerySet:
+        return management_tokens_visible_to(viewer_of(self.request)).order_by("-created_at", "-id")
+
+    @extend_schema(request=s.TokenCreate, responses={201: s.IssuedTokenOut})
+    def create(self, request: Request) -> Response:
+        viewer = viewer_of(request)
+        require(
+            request.auth is None and viewer.user_id is not None,
+            "Management tokens are made from the console session or manage.py "
+            "issue_admin_token, not with another token.",
+        )
+        data = _valid(s.TokenCreate, request)
+        if "team" in data:
+            _team_in_scope(request, data["team"])
+        token, plaintext = services.management_token_issue(
+            actor=actor_of(request),
+            name=data["name"],
+            user_email=request.user.email,
+            team_slug=data.get("team"),
+            expires_days=data.get("expires_days"),
+        )
+        return Response(
+            {**s.TokenOut(token).data, "token": plaintext}, status=status.HTTP_201_CREATED
+        )
+
+    @extend_schema(request=None, responses={200: s.TokenOut})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, prefix: str) -> Response:
+        token = self.get_object()
+        token = services.management_token_revoke(actor=actor_of(request), prefix=token.prefix)
+        return Response(s.TokenOut(token).data)

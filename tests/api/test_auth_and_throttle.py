@@ -51,3 +51,48 @@ def test_throttle_answers_429_with_retry_after(
     # Counted per caller: another token is not slowed by this one.
     assert client_as("admin").get("/api/v1/keys/").status_code == 200
     cache.clear()
+
+
+# --- management tokens through the API ------------------------------------------------------
+
+
+def test_a_console_user_makes_a_token_that_acts_with_their_role(world: Any) -> None:
+    session = APIClient()
+    session.force_login(world.member.user)
+    made = session.post("/api/v1/tokens/", {"name": "laptop", "expires_days": 30}, format="json")
+    assert made.status_code == 201, made.content
+    body = made.json()
+    assert body["token"].startswith(body["prefix"] + "-") and body["user"] == "dev@acme.test"
+    assert "token" not in session.get(f"/api/v1/tokens/{body['prefix']}/").json()
+    bearer = APIClient()
+    bearer.credentials(HTTP_AUTHORIZATION=f"Bearer {body['token']}")
+    keys = bearer.get("/api/v1/keys/").json()["results"]
+    assert [k["prefix"] for k in keys] == [world.member_key_prefix]  # a member's view
+    assert_error(bearer.post("/api/v1/teams/", {"slug": "x"}, format="json"), 403)
+    # Tokens do not make tokens.
+    assert_error(bearer.post("/api/v1/tokens/", {}, format="json"), 403)
+    revoked = session.post(f"/api/v1/tokens/{body['prefix']}/revoke/")
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    assert_error(bearer.get("/api/v1/keys/"), 401)
+
+
+def test_tokens_are_seen_and_revoked_by_their_owner_or_an_admin(world: Any, client_as: Any) -> None:
+    member_tokens = client_as("member").get("/api/v1/tokens/").json()["results"]
+    assert [t["user"] for t in member_tokens] == ["dev@acme.test"]
+    prefix = member_tokens[0]["prefix"]
+    assert_error(client_as("other").post(f"/api/v1/tokens/{prefix}/revoke/"), 404)
+    assert_error(client_as("team_admin").post(f"/api/v1/tokens/{prefix}/revoke/"), 404)
+    assert len(client_as("admin").get("/api/v1/tokens/").json()["results"]) == 4
+    assert client_as("admin").post(f"/api/v1/tokens/{prefix}/revoke/").status_code == 200
+    assert_error(client_as("member").get("/api/v1/tokens/"), 401)
+    assert_error(client_as("anonymous").get("/api/v1/tokens/"), 401)
+    assert_error(client_as("gateway_key").get("/api/v1/tokens/"), 401)
+
+
+def test_token_create_bad_input(world: Any) -> None:
+    session = APIClient()
+    session.force_login(world.team_admin.user)
+    for body in ({"team": "globex"}, {"expires_days": 0}, {"name": "n" * 201}, {"x": 1}):
+        assert_error(session.post("/api/v1/tokens/", body, format="json"), 400)
+    made = session.post("/api/v1/tokens/", {"team": "acme"}, format="json")
+    assert made.status_code == 201 and made.json()["team"] == "acme"
