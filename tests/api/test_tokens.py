@@ -129,3 +129,19 @@ def test_command_prints_the_token_alone_on_its_last_line(team: Team) -> None:
 def test_command_refuses_an_unknown_team() -> None:
     with pytest.raises(CommandError, match="no team"):
         call_command("issue_admin_token", "--team", "nope", stdout=io.StringIO())
+
+
+def test_admin_lists_and_revokes_tokens_through_the_service(team: Team, client: object) -> None:
+    get_user_model().objects.create_superuser("root", email="root@example.com", password="pw")
+    token, _ = management_token_issue(actor=SYSTEM, name="bot")
+    client.login(username="root", password="pw")  # type: ignore[attr-defined]
+    page = client.get("/admin/accounts/managementtoken/")  # type: ignore[attr-defined]
+    assert page.status_code == 200 and token.prefix in page.content.decode()
+    client.post(  # type: ignore[attr-defined]
+        "/admin/accounts/managementtoken/",
+        {"action": "revoke", "_selected_action": [token.pk]},
+    )
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    action = AdminAction.objects.get(action="management_token.revoke")
+    assert action.via == "console" and action.actor_label == "root@example.com"
