@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from accounts.models import AdminAction, ApiKey, Application, Fallback, Member, PriorityClass, Team
@@ -142,8 +143,6 @@ class KeyOut(serializers.ModelSerializer):
         ]
 
     def get_state(self, key: ApiKey) -> str:
-        from django.utils import timezone
-
         if key.revoked_at is not None:
             return "revoked"
         if key.expires_at is not None and key.expires_at <= timezone.now():

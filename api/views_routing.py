@@ -177,7 +177,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def state(self, request: Request, name: str) -> Response:
         """Live state: breaker, effective limit, in flight, waiting by class, drain."""
         deployment = self.get_object()
-        row = next(r for r in deployment_board() if r.name == deployment.name)
+        (row,) = deployment_board(names=[deployment.name])
         return Response(_state_out(row))
 
     def _change(self, request: Request, name: str, **kwargs: Any) -> Response:

@@ -138,10 +138,16 @@ def deployment_snapshots(deployments: list[Deployment]) -> list[Snapshot]:
     return async_to_sync(_snapshots)([(d.name, limits_of(d)) for d in deployments])
 
 
-def deployment_board(*, now: datetime | None = None) -> list[BoardRow]:
-    """One row per deployment for the live capacity board, by name."""
+def deployment_board(
+    *, now: datetime | None = None, names: list[str] | None = None
+) -> list[BoardRow]:
+    """One row per deployment for the live capacity board, by name (only `names` if given:
+    the API's state of one deployment)."""
     now = now or timezone.now()
-    deployments = list(Deployment.objects.order_by("name"))
+    query = Deployment.objects.order_by("name")
+    if names is not None:
+        query = query.filter(name__in=names)
+    deployments = list(query)
     snaps = deployment_snapshots(deployments)
     shares = [capacity_error_share(window=w, now=now) for w in CAPACITY_WINDOWS]
     none = CapacityShare(0, 0)
