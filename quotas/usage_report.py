@@ -376,16 +376,24 @@ class Series:
     unit: str  # "hour" or "day"
 
 
-def attempts_estimate(values: dict[str, Any], prefix: str = "s_") -> int:
-    """Upstream attempts at a deployment, from its rollups: calls it answered (its latency
-    histogram) plus the attempts that failed there by class. Bad requests it refused are
-    not counted (rollups keep no class for them)."""
-    answered = sum(int(values[f"{prefix}{n}"] or 0) for n in LATENCY_FIELDS)
-    failed = sum(
-        int(values[f"{prefix}{n}"] or 0)
-        for n in ("capacity_errors", "rate_limit_errors", "server_errors", "timeouts")
-    )
-    return answered + failed
+def attempts_sum() -> Sum:
+    """Upstream attempts at a deployment, from its rollups, summed in the database: calls
+    it answered (its latency histogram) plus the attempts that failed there by class. Bad
+    requests it refused are not counted (rollups keep no class for them)."""
+    names = (*LATENCY_FIELDS, "capacity_errors", "rate_limit_errors", "server_errors", "timeouts")
+    total = F(names[0])
+    for name in names[1:]:
+        total = total + F(name)
+    return Sum(total)
+
+
+SERIES_SUMS = {
+    "s_requests": Sum("requests"),
+    "s_tokens": Sum(F("tokens_in") + F("tokens_out")),
+    "s_cost": Sum("cost"),
+    "s_capacity_errors": Sum("capacity_errors"),
+    "s_attempts": attempts_sum(),
+}
 
 
 def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) -> Series:
@@ -394,7 +402,7 @@ def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) 
     trunc = (TruncHour if hourly else TruncDay)("hour", tzinfo=period.zone)
     qs = _filtered(viewer, period, team_id=team_id).exclude(deployment="")
     found = list(
-        qs.annotate(bucket=trunc).values("bucket", "deployment").annotate(**_sums()).order_by()
+        qs.annotate(bucket=trunc).values("bucket", "deployment").annotate(**SERIES_SUMS).order_by()
     )
     step = timedelta(hours=1) if hourly else timedelta(days=1)
     buckets: list[datetime] = []
@@ -417,9 +425,9 @@ def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) 
             continue
         d = v["deployment"]
         calls[d][i] += int(v["s_requests"] or 0)
-        tokens[d][i] += int(v["s_tokens_in"] or 0) + int(v["s_tokens_out"] or 0)
+        tokens[d][i] += int(v["s_tokens"] or 0)
         cost[d][i] += Decimal(v["s_cost"] or 0)
-        attempts[d][i] += attempts_estimate(v)
+        attempts[d][i] += int(v["s_attempts"] or 0)
         capacity[d][i] += int(v["s_capacity_errors"] or 0)
     share = {
         d: [capacity[d][i] / attempts[d][i] if attempts[d][i] else None for i in range(size)]

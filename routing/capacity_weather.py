@@ -4,7 +4,7 @@ and the quietest daily window of a given length: where batch work should go.
 
 The share is capacity errors over upstream attempts at the deployment, attempts estimated
 from the rollups as calls it answered plus attempts that failed there
-(quotas.usage_report.attempts_estimate).
+(quotas.usage_report.attempts_sum).
 """
 
 from dataclasses import dataclass
@@ -14,8 +14,7 @@ from zoneinfo import ZoneInfo
 from django.db.models import Sum
 
 from accounts.selectors import Viewer
-from quotas.models import LATENCY_FIELDS
-from quotas.usage_report import attempts_estimate, rollups_visible_to
+from quotas.usage_report import attempts_sum, rollups_visible_to
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
@@ -88,15 +87,9 @@ def quietest_window(grid: list[list[Cell]], hours: int) -> Window | None:
 
 
 _SUMS = {
-    f"s_{n}": Sum(n)
-    for n in (
-        "requests",
-        "capacity_errors",
-        "rate_limit_errors",
-        "server_errors",
-        "timeouts",
-        *LATENCY_FIELDS,
-    )
+    "s_requests": Sum("requests"),
+    "s_capacity_errors": Sum("capacity_errors"),
+    "s_attempts": attempts_sum(),
 }
 
 
@@ -123,7 +116,7 @@ def capacity_weather(
         local = v["hour"].astimezone(zone)
         cell = grid[local.weekday()][local.hour]
         cell.calls += int(v["s_requests"] or 0)
-        cell.attempts += attempts_estimate(v)
+        cell.attempts += int(v["s_attempts"] or 0)
         cell.capacity_errors += int(v["s_capacity_errors"] or 0)
     result = []
     for name in sorted(grids):
