@@ -2,11 +2,11 @@
 timeline of its attempts, download any filter as CSV (streamed). Reads go through
 routing/call_explorer.py in the viewer's scope; a call out of scope is 404."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -118,8 +118,14 @@ def call_list(request: HttpRequest) -> HttpResponse:
         if found is not None:
             return redirect("console:call_detail", request_id=found.request_id)
     zone = team_zone(viewer.team_id)
+    params = request.GET
+    if not params:
+        # A first visit shows the last 24 hours (in the form, editable): a filter that
+        # matches nothing then scans a day of calls, not the whole trail.
+        params = QueryDict(mutable=True)
+        params["since"] = f"{timezone.now().astimezone(zone) - timedelta(days=1):%Y-%m-%dT%H:%M}"
     context: dict[str, Any] = {
-        "q": request.GET,
+        "q": params,
         "zone": zone,
         "outcomes": Outcome.values,
         "priorities": PriorityClass.values,
@@ -130,17 +136,17 @@ def call_list(request: HttpRequest) -> HttpResponse:
         "not_found": wanted,
     }
     try:
-        filters = parse_filters(request.GET, viewer, zone)
-        page = call_page(viewer=viewer, filters=filters, cursor=request.GET.get("cursor") or None)
+        filters = parse_filters(params, viewer, zone)
+        page = call_page(viewer=viewer, filters=filters, cursor=params.get("cursor") or None)
     except ExplorerError as exc:
         return render(request, "console/calls/list.html", context | {"error": str(exc)}, status=400)
-    query = {k: request.GET[k] for k in FILTER_PARAMS if request.GET.get(k)}
+    query = {k: params[k] for k in FILTER_PARAMS if params.get(k)}
     context |= {
         "page": page,
         "filter_query": query,
         "next_query": {**query, "cursor": page.next_cursor} if page.next_cursor else None,
         "csv_query": query,
-        "first_page": not request.GET.get("cursor"),
+        "first_page": not params.get("cursor"),
     }
     return render(request, "console/calls/list.html", context)
 
