@@ -30,6 +30,7 @@ from accounts.selectors import (
     teams_visible_to,
 )
 from api import serializers as s
+from api.base import NoOptions
 from api.permissions import (
     HasRole,
     IsManager,
@@ -66,7 +67,9 @@ def _routes(names: list[str] | None) -> list[Route] | None:
     return [found[n] for n in dict.fromkeys(names)]
 
 
-class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class TeamViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """Teams: an admin sees and creates all; everyone else sees their own team."""
 
     serializer_class = s.TeamOut
@@ -104,7 +107,9 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         OpenApiParameter("email", str),
     ]
 )
-class MemberViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class MemberViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """Members: an admin sees all, a team admin their team, a member themselves."""
 
     serializer_class = s.MemberOut
@@ -146,7 +151,9 @@ class MemberViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 
 
 @extend_schema(parameters=[OpenApiParameter("team", str, description="team slug")])
-class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ApplicationViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """Applications with their routes and policies; admins and team admins change them."""
 
     serializer_class = s.ApplicationOut
@@ -189,7 +196,9 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         OpenApiParameter("state", str, enum=["active", "revoked", "expired"]),
     ]
 )
-class KeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class KeyViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """Gateway keys (sk-sluice-…). The full key appears only in the answer that creates it
     (issue or rotate); everywhere else a key is named by its prefix."""
 
@@ -268,7 +277,9 @@ def _issued(key: ApiKey, plaintext: str) -> dict[str, Any]:
     return {**s.KeyOut(key).data, "key": plaintext}
 
 
-class AdminActionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class AdminActionViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """The admin actions log, read only: an admin reads all of it, a team admin the actions
     on their team's objects; members may not read it (403)."""
 
@@ -287,7 +298,9 @@ def not_found(request: Request) -> Response:
     raise NotFound(f"No API endpoint {request.path}.")
 
 
-class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class TokenViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     """Management tokens. A console user makes their own (it acts with their role, narrowed
     to a team if asked); the token is shown once. Tokens do not make tokens: creating one
     needs the console session (or `manage.py issue_admin_token`)."""

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from accounts.selectors import applications_visible_to, members_visible_to, teams_visible_to
 from api import serializers as s
+from api.base import NoOptions
 from api.permissions import viewer_of
 from quotas.usage_report import COLUMNS, ReportError, period_for, team_zone, usage_report
 from routing.call_explorer import (
@@ -67,7 +68,7 @@ def _row(row: Any) -> dict[str, Any]:
     }
 
 
-class UsageReportView(APIView):
+class UsageReportView(NoOptions, APIView):
     renderer_classes = [JSONRenderer, CSVRenderer]
 
     @extend_schema(
@@ -120,7 +121,7 @@ class UsageReportView(APIView):
         )
 
 
-class CallViewSet(viewsets.ViewSet):
+class CallViewSet(NoOptions, viewsets.ViewSet):
     """Calls in the caller's scope through the call explorer (routing/call_explorer.py):
     its filters, newest first, a keyset cursor (`next`); one call with its attempts."""
 

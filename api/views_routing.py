@@ -23,6 +23,7 @@ from accounts.selectors import (
     teams_visible_to,
 )
 from api import serializers as s
+from api.base import NoOptions
 from api.permissions import actor_of, require_manager, require_staff, viewer_of
 from quotas.models import Limit, Scope
 from quotas.selectors import limit_rows, limits_visible_to
@@ -76,7 +77,7 @@ _SCOPE_PARAMS = [
 ]
 
 
-class LimitList(APIView):
+class LimitList(NoOptions, APIView):
     @extend_schema(
         parameters=[OpenApiParameter("scope", str, enum=Scope.values)],
         responses={200: s.LimitOut(many=True)},
@@ -95,7 +96,7 @@ class LimitList(APIView):
         return Response([_limit_out(r) for r in rows])
 
 
-class LimitDetail(APIView):
+class LimitDetail(NoOptions, APIView):
     @extend_schema(parameters=_SCOPE_PARAMS, responses={200: s.LimitOut})
     def get(self, request: Request, scope: str, name: str) -> Response:
         """The limits of one key, application, member or team, with current usage."""
@@ -164,7 +165,9 @@ def _state_out(row: Any) -> dict[str, Any]:
     }
 
 
-class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class DeploymentViewSet(
+    NoOptions, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = s.DeploymentOut
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
@@ -230,7 +233,7 @@ def _route_out(route: Route) -> dict[str, Any]:
     }
 
 
-class RouteViewSet(viewsets.ViewSet):
+class RouteViewSet(NoOptions, viewsets.ViewSet):
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
 
@@ -275,7 +278,7 @@ class TextTomlParser(TomlParser):
     media_type = "text/plain"
 
 
-class ConfigExport(APIView):
+class ConfigExport(NoOptions, APIView):
     renderer_classes = [TomlRenderer]
 
     @extend_schema(
@@ -287,7 +290,7 @@ class ConfigExport(APIView):
         return Response(config_export(), content_type="application/toml; charset=utf-8")
 
 
-class _ConfigChange(APIView):
+class _ConfigChange(NoOptions, APIView):
     parser_classes = [TomlParser, TextTomlParser]
     dry_run = True
 
