@@ -5,7 +5,6 @@ only an admin changes them."""
 from typing import Any
 
 from django.db.models import QuerySet
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -30,8 +29,8 @@ from quotas.selectors import limit_rows, limits_visible_to
 from quotas.services import LIMIT_FIELDS, limit_set
 from routing import services as routing_services
 from routing.config_export import config_export
-from routing.models import Deployment, Route
-from routing.selectors import deployment_board
+from routing.models import Route
+from routing.selectors import deployment_board, deployments_with_routes, routes_with_chains
 
 # --- limits -------------------------------------------------------------------------------
 
@@ -173,7 +172,7 @@ class DeploymentViewSet(
     lookup_value_regex = r"[^/]+"
 
     def get_queryset(self) -> QuerySet:
-        return Deployment.objects.select_related("upstream").order_by("name")
+        return deployments_with_routes().order_by("name")
 
     @extend_schema(responses={200: s.DeploymentStateOut})
     @action(detail=True, methods=["get"])
@@ -187,7 +186,7 @@ class DeploymentViewSet(
         require_staff(viewer_of(request))
         deployment = self.get_object()
         deployment = kwargs.pop("service")(name=deployment.name, actor=actor_of(request), **kwargs)
-        deployment = Deployment.objects.select_related("upstream").get(pk=deployment.pk)
+        deployment = deployments_with_routes().get(pk=deployment.pk)
         return Response(s.DeploymentOut(deployment).data)
 
     @extend_schema(request=s.DrainIn, responses={200: s.DeploymentOut})
@@ -237,16 +236,16 @@ class RouteViewSet(NoOptions, viewsets.ViewSet):
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
 
-    def _routes(self) -> QuerySet[Route]:
-        return Route.objects.prefetch_related("chain__deployment").order_by("name")
-
     @extend_schema(responses={200: s.RouteOut(many=True)})
     def list(self, request: Request) -> Response:
-        return Response([_route_out(r) for r in self._routes()])
+        return Response([_route_out(r) for r in routes_with_chains()])
 
     @extend_schema(responses={200: s.RouteOut})
     def retrieve(self, request: Request, name: str) -> Response:
-        return Response(_route_out(get_object_or_404(self._routes(), name=name)))
+        route = next((r for r in routes_with_chains() if r.name == name), None)
+        if route is None:
+            raise NotFound(f"No route {name!r}.")
+        return Response(_route_out(route))
 
 
 # --- config as code -----------------------------------------------------------------------
