@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from accounts.models import ApiKey, Application, Member, Team
+from accounts.models import AdminAction, ApiKey, Application, ManagementToken, Member, Team
 
 
 @admin.register(Team)
@@ -57,3 +57,53 @@ class ApiKeyAdmin(admin.ModelAdmin):
         from django.utils import timezone
 
         queryset.filter(revoked_at=None).update(revoked_at=timezone.now())  # type: ignore[attr-defined]
+
+
+@admin.register(AdminAction)
+class AdminActionAdmin(admin.ModelAdmin):
+    """Read-only: the log is append-only, written by the services."""
+
+    list_display = ("at", "actor_label", "via", "action", "object_type", "object_repr")
+    list_filter = ("via", "action", "object_type")
+    search_fields = ("actor_label", "object_repr")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(ManagementToken)
+class ManagementTokenAdmin(admin.ModelAdmin):
+    """Tokens are made with `manage.py issue_admin_token` or from the console session (the
+    only places the secret is shown); here they can be read and revoked."""
+
+    list_display = ("prefix", "name", "user", "team", "created_at", "expires_at", "revoked_at")
+    list_filter = ("team", "revoked_at")
+    readonly_fields = (
+        "prefix",
+        "secret_hash",
+        "user",
+        "team",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    )
+    actions = ("revoke",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: object) -> None:
+        from accounts.selectors import viewer_for
+        from accounts.services import Actor, management_token_revoke
+
+        actor = Actor.of(viewer_for(request.user), via="console")
+        for token in queryset.filter(revoked_at=None):  # type: ignore[attr-defined]
+            management_token_revoke(actor=actor, prefix=token.prefix)

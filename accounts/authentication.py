@@ -46,6 +46,7 @@ class Principal:
     max_tokens_ceiling: int | None
     clamp_max_tokens: bool
     max_n: int | None
+    member_active: bool = True  # False: the member was deactivated, their keys are refused
 
 
 _principals: RefreshingCache[Principal | None] = RefreshingCache(
@@ -82,6 +83,7 @@ def _load(prefix: str) -> Principal | None:
         max_tokens_ceiling=key.application.max_tokens_ceiling,
         clamp_max_tokens=key.application.clamp_max_tokens,
         max_n=key.application.max_n,
+        member_active=key.member.user.is_active,
     )
 
 
@@ -130,6 +132,8 @@ async def authenticate(plaintext: str | None) -> Principal:
         raise unauthorized("Invalid API key.")
     if principal.revoked:
         raise unauthorized(f"API key {principal.prefix} has been revoked.")
+    if not principal.member_active:
+        raise unauthorized(f"API key {principal.prefix} belongs to a deactivated member.")
     if principal.expires_at is not None and principal.expires_at <= timezone.now():
         raise unauthorized(f"API key {principal.prefix} has expired.")
     return principal

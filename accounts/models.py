@@ -107,3 +107,67 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return self.prefix
+
+
+class AdminAction(models.Model):
+    """One change made through the console, the management API or a command. Append-only:
+    services add rows, nothing updates or deletes them (the admin shows them read-only).
+    Secrets never land here: a key is named by its prefix."""
+
+    class Via(models.TextChoices):
+        CONSOLE = "console", "Console"
+        API = "api", "Management API"
+        COMMAND = "command", "Command"
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
+    )
+    actor_label = models.CharField(max_length=254, blank=True)
+    via = models.CharField(max_length=16, choices=Via.choices)
+    action = models.CharField(max_length=64)  # e.g. "key.create", "deployment.drain"
+    object_type = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=300)
+    team_id = models.BigIntegerField(null=True, blank=True)  # whose team admin may read it
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["team_id", "at"], name="adminaction_team_at")]
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.object_repr}"
+
+
+class ManagementToken(models.Model):
+    """A token for the management API (/api/v1/), stored like an API key: only the SHA-256,
+    named by its public prefix (`sk-sluice-admin-…`). It acts with the roles of the user it
+    belongs to, narrowed to `team` when set; a token without a user is an admin token
+    (global, or of its team) made by `manage.py issue_admin_token`."""
+
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=40, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="management_tokens",
+    )
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="management_tokens"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.prefix

@@ -1,17 +1,105 @@
-"""Writes for accounts: members and keys."""
+"""Writes for accounts: members, keys, teams, applications, and the admin actions log.
 
-from datetime import timedelta
+Every service that changes something takes the `actor` who asked (console user, API token,
+or a command) and records one AdminAction in the same transaction.
+"""
+
+import getpass
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.keys import NewKey, key_generate
-from accounts.models import ApiKey, Application, Member, Team
+from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
+from accounts.models import (
+    AdminAction,
+    ApiKey,
+    Application,
+    Fallback,
+    ManagementToken,
+    Member,
+    PriorityClass,
+    Team,
+)
+from accounts.selectors import Viewer
+
+_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
 
 class AccountError(Exception):
     """A request that names something that does not exist or cannot be done."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a change, and through what: written on the admin action."""
+
+    user_id: int | None
+    label: str
+    via: str  # AdminAction.Via
+
+    @classmethod
+    def command(cls, name: str) -> "Actor":
+        """A management command run by whoever is logged in on the machine."""
+        try:
+            who = getpass.getuser()
+        except Exception:  # no login name in some containers
+            who = "unknown"
+        return cls(user_id=None, label=f"{who} (manage.py {name})", via=AdminAction.Via.COMMAND)
+
+    @classmethod
+    def of(cls, viewer: Viewer, *, via: str = AdminAction.Via.CONSOLE) -> "Actor":
+        return cls(user_id=viewer.user_id, label=viewer.label, via=via)
+
+
+SYSTEM = Actor(user_id=None, label="system", via=AdminAction.Via.COMMAND)
+
+
+def admin_action_record(
+    *,
+    actor: Actor,
+    action: str,
+    obj: Any,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    team_id: int | None = None,
+    object_type: str | None = None,
+) -> AdminAction:
+    """Append one entry to the admin actions log. `before`/`after` hold only the fields
+    that matter for the action, JSON-safe (see `snapshot_of`), never a secret."""
+    return AdminAction.objects.create(
+        actor_id=actor.user_id,
+        actor_label=actor.label[:254],
+        via=actor.via,
+        action=action,
+        object_type=object_type or type(obj).__name__.lower(),
+        object_repr=str(obj)[:300],
+        team_id=team_id,
+        before=before,
+        after=after,
+    )
+
+
+def snapshot_of(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of a model instance as JSON-safe values (dates and decimals as
+    strings, related objects by their str)."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(obj, name)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif hasattr(value, "all") and callable(value.all):  # a many-to-many manager
+            out[name] = sorted(str(v) for v in value.all())
+        elif hasattr(value, "isoformat"):
+            out[name] = value.isoformat()
+        else:
+            out[name] = str(value)
+    return out
 
 
 @transaction.atomic
@@ -32,44 +120,414 @@ def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> 
     return member
 
 
+_KEY_FIELDS = ("name", "member", "application", "expires_at", "revoked_at")
+_MEMBER_FIELDS = ("email", "team", "role", "active")
+_TEAM_FIELDS = ("slug", "name", "time_zone")
+_APP_FIELDS = (
+    "slug",
+    "name",
+    "team",
+    "routes",
+    "default_priority",
+    "fallback",
+    "default_max_tokens",
+    "max_tokens_ceiling",
+    "clamp_max_tokens",
+    "max_n",
+)
+MAX_KEY_DAYS = 3650
+MAX_GRACE = timedelta(days=30)
+
+
+def _member_snapshot(member: Member) -> dict[str, Any]:
+    return {
+        "email": member.user.email,
+        "team": member.team.slug,
+        "role": member.role,
+        "active": member.user.is_active,
+    }
+
+
+def key_create(
+    *,
+    actor: Actor,
+    member: Member,
+    application: Application,
+    name: str = "",
+    expires_at: datetime | None = None,
+    action: str = "key.create",
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with its plaintext, which exists only in this return value."""
+    if application.team_id != member.team_id:
+        raise AccountError(
+            f"member {member.user.email} is in team {member.team.slug}, "
+            f"application {application.slug} is not"
+        )
+    if not member.user.is_active:
+        raise AccountError(f"member {member.user.email} is deactivated")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise AccountError("the expiry must be in the future")
+    if len(name) > 200:
+        raise AccountError("the name must be at most 200 characters")
+    new: NewKey = key_generate()
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            member=member,
+            application=application,
+            name=name,
+            prefix=new.prefix,
+            secret_hash=new.secret_hash,
+            expires_at=expires_at,
+        )
+        admin_action_record(
+            actor=actor,
+            action=action,
+            obj=key,
+            object_type="key",
+            team_id=member.team_id,
+            after=snapshot_of(key, _KEY_FIELDS),
+        )
+    return key, new.plaintext
+
+
 def key_issue(
     *,
     member_email: str,
     application_slug: str,
     name: str = "",
     expires_days: int | None = None,
+    actor: Actor = SYSTEM,
 ) -> tuple[ApiKey, str]:
-    """Create a key and return it with its plaintext, which exists only in this return value."""
-    member = Member.objects.select_related("team").filter(user__email=member_email).first()
+    """`key_create` by the member's email and the application's slug (commands, demo)."""
+    member = Member.objects.select_related("team", "user").filter(user__email=member_email).first()
     if member is None:
         raise AccountError(f"no member with email {member_email!r}")
     application = Application.objects.filter(slug=application_slug).first()
     if application is None:
         raise AccountError(f"no application {application_slug!r}")
-    if application.team_id != member.team_id:
-        raise AccountError(
-            f"member {member_email} is in team {member.team.slug}, "
-            f"application {application_slug} is not"
-        )
-    if expires_days is not None and expires_days <= 0:
-        raise AccountError("expires-days must be a positive number of days")
-    new: NewKey = key_generate()
-    key = ApiKey.objects.create(
-        member=member,
-        application=application,
-        name=name,
-        prefix=new.prefix,
-        secret_hash=new.secret_hash,
-        expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+    if expires_days is not None and not 0 < expires_days <= MAX_KEY_DAYS:
+        raise AccountError(f"expires-days must be a number of days from 1 to {MAX_KEY_DAYS}")
+    expires_at = timezone.now() + timedelta(days=expires_days) if expires_days else None
+    return key_create(
+        actor=actor, member=member, application=application, name=name, expires_at=expires_at
     )
-    return key, new.plaintext
 
 
-def key_revoke(*, prefix: str) -> ApiKey:
-    key = ApiKey.objects.filter(prefix=prefix).first()
+def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
+    """Revoke a key now; every worker refuses it within SLUICE_KEY_CACHE_SECONDS."""
+    key = (
+        ApiKey.objects.select_related("member__user", "member__team").filter(prefix=prefix).first()
+    )
     if key is None:
         raise AccountError(f"no key with prefix {prefix!r}")
     if key.revoked_at is None:
-        key.revoked_at = timezone.now()
-        key.save(update_fields=["revoked_at"])
+        with transaction.atomic():
+            before = snapshot_of(key, _KEY_FIELDS)
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
+            admin_action_record(
+                actor=actor,
+                action="key.revoke",
+                obj=key,
+                object_type="key",
+                team_id=key.member.team_id,
+                before=before,
+                after=snapshot_of(key, _KEY_FIELDS),
+            )
     return key
+
+
+def key_rotate(*, actor: Actor, key: ApiKey, grace: timedelta) -> tuple[ApiKey, str]:
+    """A new key like `key` (same member, application, name and expiry) now; the old one
+    keeps working for `grace` (0 to 30 days) and then expires, so clients can switch over."""
+    if key.revoked_at is not None:
+        raise AccountError(f"key {key.prefix} is revoked; create a new key instead")
+    now = timezone.now()
+    if key.expires_at is not None and key.expires_at <= now:
+        raise AccountError(f"key {key.prefix} has expired; create a new key instead")
+    if not timedelta(0) <= grace <= MAX_GRACE:
+        raise AccountError("the grace period must be between 0 and 30 days")
+    with transaction.atomic():
+        new_key, plaintext = key_create(
+            actor=actor,
+            member=key.member,
+            application=key.application,
+            name=key.name,
+            expires_at=key.expires_at,
+            action="key.rotate.new",
+        )
+        before = snapshot_of(key, _KEY_FIELDS)
+        ends = now + grace
+        if key.expires_at is None or ends < key.expires_at:
+            key.expires_at = ends
+        if grace == timedelta(0):
+            key.revoked_at = now
+        key.save(update_fields=["expires_at", "revoked_at"])
+        after = snapshot_of(key, _KEY_FIELDS) | {"replaced_by": new_key.prefix}
+        admin_action_record(
+            actor=actor,
+            action="key.rotate",
+            obj=key,
+            object_type="key",
+            team_id=key.member.team_id,
+            before=before,
+            after=after,
+        )
+    return new_key, plaintext
+
+
+def member_create(
+    *, actor: Actor, email: str, team: Team, role: str = Member.Role.MEMBER, password: str = ""
+) -> Member:
+    """A new member of `team`. With a password they can log in to the console at once;
+    without one an admin sets it later (Django's password reset, or the admin)."""
+    email = email.strip().lower()
+    if "@" not in email or len(email) > 254:
+        raise AccountError("enter a valid email address")
+    if role not in Member.Role.values:
+        raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    User = get_user_model()
+    if User.objects.filter(username=email).exists() or User.objects.filter(email=email).exists():
+        raise AccountError(f"a user with email {email} already exists")
+    with transaction.atomic():
+        user = User.objects.create_user(username=email, email=email, password=password or None)
+        member = Member.objects.create(user=user, team=team, role=role)
+        admin_action_record(
+            actor=actor,
+            action="member.create",
+            obj=member,
+            team_id=team.pk,
+            after=_member_snapshot(member),
+        )
+    return member
+
+
+def member_update(*, actor: Actor, member: Member, role: str) -> Member:
+    if role not in Member.Role.values:
+        raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    if member.role == role:
+        return member
+    with transaction.atomic():
+        before = _member_snapshot(member)
+        member.role = role
+        member.save(update_fields=["role"])
+        admin_action_record(
+            actor=actor,
+            action="member.update",
+            obj=member,
+            team_id=member.team_id,
+            before=before,
+            after=_member_snapshot(member),
+        )
+    return member
+
+
+def member_set_active(*, actor: Actor, member: Member, active: bool) -> Member:
+    """Deactivate (or reactivate) a member: they cannot log in, and their keys are refused
+    within SLUICE_KEY_CACHE_SECONDS, like a revocation (accounts/authentication.py)."""
+    user = member.user
+    if user.is_active == active:
+        return member
+    with transaction.atomic():
+        before = _member_snapshot(member)
+        user.is_active = active
+        user.save(update_fields=["is_active"])
+        admin_action_record(
+            actor=actor,
+            action="member.activate" if active else "member.deactivate",
+            obj=member,
+            team_id=member.team_id,
+            before=before,
+            after=_member_snapshot(member),
+        )
+    return member
+
+
+def _check_time_zone(time_zone: str) -> None:
+    try:
+        ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise AccountError(f"unknown time zone {time_zone!r}") from None
+
+
+def team_create(*, actor: Actor, slug: str, name: str, time_zone: str = "UTC") -> Team:
+    if not _SLUG.fullmatch(slug):
+        raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
+    if Team.objects.filter(slug=slug).exists():
+        raise AccountError(f"a team {slug!r} already exists")
+    _check_time_zone(time_zone)
+    with transaction.atomic():
+        team = Team.objects.create(slug=slug, name=name or slug, time_zone=time_zone)
+        admin_action_record(
+            actor=actor,
+            action="team.create",
+            obj=team,
+            team_id=team.pk,
+            after=snapshot_of(team, _TEAM_FIELDS),
+        )
+    return team
+
+
+def team_update(*, actor: Actor, team: Team, name: str, time_zone: str) -> Team:
+    _check_time_zone(time_zone)
+    before = snapshot_of(team, _TEAM_FIELDS)
+    team.name, team.time_zone = name or team.slug, time_zone
+    after = snapshot_of(team, _TEAM_FIELDS)
+    if after != before:
+        with transaction.atomic():
+            team.save(update_fields=["name", "time_zone"])
+            admin_action_record(
+                actor=actor,
+                action="team.update",
+                obj=team,
+                team_id=team.pk,
+                before=before,
+                after=after,
+            )
+    return team
+
+
+def _application_values(values: dict[str, Any]) -> dict[str, Any]:
+    clean = dict(values)
+    if clean.get("default_priority", PriorityClass.INTERACTIVE) not in PriorityClass.values:
+        raise AccountError(f"default priority must be one of {', '.join(PriorityClass.values)}")
+    if clean.get("fallback", Fallback.ANY) not in Fallback.values:
+        raise AccountError(f"fallback must be one of {', '.join(Fallback.values)}")
+    for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
+        value = clean.get(name)
+        if value is not None and not 1 <= value <= 10_000_000:
+            raise AccountError(f"{name.replace('_', ' ')} must be between 1 and 10000000")
+    unknown = set(clean) - set(_APP_FIELDS)
+    if unknown:
+        raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")
+    return clean
+
+
+def application_create(
+    *, actor: Actor, team: Team, slug: str, routes: list[Any] | None = None, **values: Any
+) -> Application:
+    """A new application of `team`; `routes` are routing.Route objects (or ids)."""
+    if not _SLUG.fullmatch(slug):
+        raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
+    if Application.objects.filter(slug=slug).exists():
+        raise AccountError(f"an application {slug!r} already exists")
+    clean = _application_values(values)
+    clean["name"] = clean.get("name") or slug
+    with transaction.atomic():
+        app = Application.objects.create(team=team, slug=slug, **clean)
+        app.routes.set(routes or [])
+        admin_action_record(
+            actor=actor,
+            action="application.create",
+            obj=app,
+            team_id=team.pk,
+            after=snapshot_of(app, _APP_FIELDS),
+        )
+    return app
+
+
+def application_update(
+    *, actor: Actor, application: Application, routes: list[Any] | None = None, **values: Any
+) -> Application:
+    """Change an application's settings; `routes`, when given, replaces its routes."""
+    clean = _application_values(values)
+    clean.pop("slug", None)
+    clean.pop("team", None)
+    if "name" in clean and not clean["name"]:
+        clean["name"] = application.slug
+    with transaction.atomic():
+        before = snapshot_of(application, _APP_FIELDS)
+        for name, value in clean.items():
+            setattr(application, name, value)
+        application.save()
+        if routes is not None:
+            application.routes.set(routes)
+        after = snapshot_of(application, _APP_FIELDS)
+        if after != before:
+            admin_action_record(
+                actor=actor,
+                action="application.update",
+                obj=application,
+                team_id=application.team_id,
+                before=before,
+                after=after,
+            )
+    return application
+
+
+# --- management tokens (the /api/v1/ API) -----------------------------------------------
+
+
+@transaction.atomic
+def management_token_issue(
+    *,
+    actor: Actor,
+    name: str = "",
+    user_email: str | None = None,
+    team_slug: str | None = None,
+    expires_days: int | None = None,
+) -> tuple[ManagementToken, str]:
+    """Create a management token and return it with its plaintext, which exists only in
+    this return value. With a user it acts with that user's roles (narrowed to the team if
+    one is given); without one it is an admin token, global or of its team."""
+    user = None
+    if user_email is not None:
+        user = get_user_model().objects.filter(email=user_email, is_active=True).first()
+        if user is None:
+            raise AccountError(f"no active user with email {user_email!r}")
+    team = None
+    if team_slug is not None:
+        team = Team.objects.filter(slug=team_slug).first()
+        if team is None:
+            raise AccountError(f"no team {team_slug!r}")
+    if expires_days is not None and expires_days <= 0:
+        raise AccountError("expires-days must be a positive number of days")
+    new: NewKey = key_generate(MANAGEMENT_TOKEN_PREFIX)
+    token = ManagementToken.objects.create(
+        name=name,
+        prefix=new.prefix,
+        secret_hash=new.secret_hash,
+        user=user,
+        team=team,
+        expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+    )
+    admin_action_record(
+        actor=actor,
+        action="management_token.create",
+        obj=token,
+        object_type="management_token",
+        team_id=team.pk if team else None,
+        after={
+            "name": name,
+            "user": user_email,
+            "team": team_slug,
+            "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+        },
+    )
+    return token, new.plaintext
+
+
+@transaction.atomic
+def management_token_revoke(*, actor: Actor, prefix: str) -> ManagementToken:
+    token = ManagementToken.objects.filter(prefix=prefix).first()
+    if token is None:
+        raise AccountError(f"no management token with prefix {prefix!r}")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        admin_action_record(
+            actor=actor,
+            action="management_token.revoke",
+            obj=token,
+            object_type="management_token",
+            team_id=token.team_id,
+            after={"revoked_at": token.revoked_at.isoformat()},
+        )
+    return token
+
+
+def management_token_touch(*, token: ManagementToken) -> None:
+    """Coarse last-used time (at most one write a minute per token)."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
+        ManagementToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -1,12 +1,14 @@
 """ASGI entry point: `config.asgi:application`.
 
-Cheap paths are answered before Django: `/healthz`, and the proxy's `/v1/…` through a lean
-handler without the middleware stack (routing/proxy_handler.py); the Batch API's
-`/v1/files` and `/v1/batches` through the same handler with a larger upload limit.
-Everything else (admin, console) goes through Django's full handler. Lifespan shutdown
-writes the audit rows still in memory.
+Cheap paths are answered before Django: `/healthz`, `/metrics` (Prometheus, routing/metrics.py)
+and the proxy's `/v1/…` through a lean handler without the middleware stack
+(routing/proxy_handler.py); the Batch API's `/v1/files` and `/v1/batches` through the same
+handler with a larger upload limit. Everything else (admin, console, management API) goes
+through Django's full handler. Lifespan startup starts the capacity alert loop (and, with
+Redis, the metrics push); shutdown writes the audit rows still in memory.
 """
 
+import asyncio
 import gc
 import os
 from typing import Any
@@ -16,14 +18,27 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from prometheus_client import CONTENT_TYPE_LATEST  # noqa: E402
 
 from batches.handler import PATHS as BATCH_PATHS  # noqa: E402
 from batches.handler import BatchApiHandler  # noqa: E402
 from routing.audit import audit_writer  # noqa: E402
+from routing.capacity_alert import capacity_alert_loop  # noqa: E402
+from routing.metrics import (  # noqa: E402
+    metrics_allowed,
+    metrics_push_loop,
+    metrics_text,
+    push_to_redis,
+)
 from routing.proxy_handler import ProxyHandler  # noqa: E402
 from routing.upstream import close_sessions  # noqa: E402
 
+_METRICS_REFUSED = {
+    401: b'{"error": "a valid bearer token (SLUICE_METRICS_TOKEN) is required"}',
+    403: b'{"error": "/metrics answers loopback clients only (set SLUICE_METRICS_TOKEN)"}',
+}
 _HEALTH_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
 
 
@@ -32,6 +47,7 @@ class Application:
         self.django = ASGIHandler()
         self.proxy = ProxyHandler()
         self.batches = BatchApiHandler()  # /v1/files, /v1/batches: larger uploads
+        self._background: list[asyncio.Task[None]] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -42,6 +58,8 @@ class Application:
                     await self.batches(scope, receive, send)
                 else:
                     await self.proxy(scope, receive, send)
+            elif path == "/metrics":
+                await self._metrics(scope, send)
             elif path == "/healthz":
                 await send(
                     {"type": "http.response.start", "status": 200, "headers": _HEALTH_HEADERS}
@@ -52,6 +70,16 @@ class Application:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
+    async def _metrics(self, scope: dict[str, Any], send: Any) -> None:
+        status = metrics_allowed(scope)
+        if status == 200:
+            body, headers = await metrics_text(), [(b"content-type", CONTENT_TYPE_LATEST.encode())]
+        else:
+            body = _METRICS_REFUSED[status]
+            headers = _HEALTH_HEADERS
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
             message = await receive()
@@ -60,9 +88,18 @@ class Application:
                 # collector from scanning it again and again under load.
                 gc.collect()
                 gc.freeze()
+                loop = asyncio.get_running_loop()
+                # Every worker runs it; a Redis lock lets one of them evaluate each round.
+                self._background.append(loop.create_task(capacity_alert_loop()))
+                if settings.REDIS_URL:
+                    self._background.append(loop.create_task(metrics_push_loop()))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                for task in self._background:
+                    task.cancel()
                 await audit_writer.flush()
+                if settings.REDIS_URL:
+                    await push_to_redis()
                 await close_sessions()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

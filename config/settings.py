@@ -41,10 +41,14 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "quotas",
     "routing",
     "batches",
+    "console",
+    "api",
 ]
 
 # The proxy (/v1/) is served by a handler without this stack (see config/asgi.py):
@@ -72,6 +76,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context.console",
             ],
         },
     },
@@ -115,6 +120,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+# The console: Django's own login, sessions and CSRF.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 # The proxy reads the body itself; Django's own cap would answer outside OpenAI's error shape.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
@@ -146,6 +155,33 @@ SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 
 SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
 SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
 SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
+# How often the console's capacity board refreshes itself (seconds).
+SLUICE_CONSOLE_REFRESH_SECONDS = float(os.environ.get("SLUICE_CONSOLE_REFRESH_SECONDS", 5))
+# Audit retention: `manage.py prune_audit` deletes calls older than this many days when no
+# --older-than is given (unset: it must be given). Usage rollups are kept.
+SLUICE_AUDIT_RETENTION_DAYS = (
+    float(os.environ["SLUICE_AUDIT_RETENTION_DAYS"])
+    if os.environ.get("SLUICE_AUDIT_RETENTION_DAYS")
+    else None
+)
+# GET /metrics (Prometheus): a bearer token; unset, only loopback clients may read it.
+SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
+# The capacity alert: a deployment whose capacity-error share over the window passes
+# SLUICE_CAPACITY_ALERT_SHARE (with at least the minimum of attempts in the window) is
+# flagged in the console, logged and posted to the webhook (Slack-compatible {"text": ...})
+# once per crossing, and once when it falls back under share x RECOVER_RATIO.
+SLUICE_CAPACITY_ALERT_SHARE = float(os.environ.get("SLUICE_CAPACITY_ALERT_SHARE", 0.2))
+SLUICE_CAPACITY_ALERT_WINDOW_SECONDS = int(
+    os.environ.get("SLUICE_CAPACITY_ALERT_WINDOW_SECONDS", 300)
+)
+SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS = int(os.environ.get("SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS", 20))
+SLUICE_CAPACITY_ALERT_RECOVER_RATIO = float(
+    os.environ.get("SLUICE_CAPACITY_ALERT_RECOVER_RATIO", 0.5)
+)
+SLUICE_CAPACITY_ALERT_WEBHOOK_URL = os.environ.get("SLUICE_CAPACITY_ALERT_WEBHOOK_URL", "")
+SLUICE_CAPACITY_ALERT_EVERY_SECONDS = float(
+    os.environ.get("SLUICE_CAPACITY_ALERT_EVERY_SECONDS", 30)
+)
 
 # The Batch API (batches/): uploads may be larger than a proxied request; files are kept in
 # Django's storage "batches" (a local folder unless STORAGES says otherwise).
@@ -170,4 +206,45 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("SLUICE_LOG_LEVEL", "INFO")},
+}
+
+# --- Management API (/api/v1/) ------------------------------------------------------------
+# Throttles count in the default cache: Redis when REDIS_URL is set (shared by every worker).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "api.authentication.ManagementTokenAuthentication",
+        "api.authentication.ConsoleSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.HasRole"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.CallerThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "caller": os.environ.get("SLUICE_API_THROTTLE", "600/min"),
+    },
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.Page",
+    "UNAUTHENTICATED_USER": None,
+    # OPTIONS answers 405: the schema at /api/v1/schema/ describes every endpoint.
+    "DEFAULT_METADATA_CLASS": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sluice management API",
+    "DESCRIPTION": (
+        "Teams, members, applications, keys, limits, deployments, config, usage and calls. "
+        "Authenticate with a management token (`Authorization: Bearer sk-sluice-admin-…`) "
+        "or the console session (with its CSRF token). Every error is "
+        '`{"error": {"message", "type", "code", "param"}}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.errors.document_errors",
+    ],
 }

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 
 from routing import views
@@ -12,4 +13,10 @@ urlpatterns = [
     path("", include("batches.urls")),  # /v1/files, /v1/batches
     re_path(r"^v1/(?P<path>.*)$", views.not_found),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("api.urls")),
+    # Our own static files (the API docs' Swagger UI and Redoc, the console's CSS), served
+    # by Sluice itself: no CDN, no separate web server needed for a small install.
+    re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
+    # The console (templates/console/): last, it answers at /.
+    path("", include("console.urls")),
 ]

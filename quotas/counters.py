@@ -55,6 +55,10 @@ class QuotaCounters(Protocol):
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None: ...
 
+    async def in_flight(self, keys: list[str]) -> list[int]:
+        """Live leases of each concurrency counter (the console's "calls in flight")."""
+        ...
+
 
 class LocalQuotaCounters:
     """In-process backend: each method runs without an await, so it is atomic with
@@ -77,6 +81,10 @@ class LocalQuotaCounters:
         live = {s: exp for s, exp in slots.items() if exp > now}
         self._leases[key] = live
         return len(live)
+
+    async def in_flight(self, keys: list[str]) -> list[int]:
+        now = time.time()
+        return [self._in_flight(key, now) for key in keys]
 
     async def reserve(self, checks: list[Check], slot: str, *, now: float | None = None) -> Verdict:
         now = time.time() if now is None else now

@@ -124,6 +124,19 @@ class RedisQuotaCounters:
     async def release(self, keys: list[str], slot: str) -> None:
         await self.settle([], keys, slot)
 
+    async def in_flight(self, keys: list[str]) -> list[int]:
+        if not keys:
+            return []
+        now = time.time()
+        try:
+            async with self._client().pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.zcount(key, f"({now}", "+inf")  # leases not yet expired
+                return [int(n) for n in await pipe.execute()]
+        except (RedisError, OSError):
+            # A read for the console: never refuse over it, show this worker's own view.
+            return await self._fallback.in_flight(keys)
+
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
         now = time.time()
         try:

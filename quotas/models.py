@@ -76,12 +76,28 @@ class Limit(models.Model):
         return f"{self.scope} {target}"
 
 
+# Upper bounds (ms) of the latency histogram kept per rollup row; the last bucket is open.
+# Percentiles over any period are read from these counts, so they need no call rows.
+LATENCY_BUCKETS_MS = (100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, None)
+LATENCY_FIELDS = tuple(f"latency_le_{b}ms" if b else "latency_over" for b in LATENCY_BUCKETS_MS)
+
+
+def latency_field(latency_ms: float) -> str:
+    """The histogram column a call of this latency is counted in."""
+    for bound, name in zip(LATENCY_BUCKETS_MS, LATENCY_FIELDS, strict=True):
+        if bound is None or latency_ms <= bound:
+            return name
+    return LATENCY_FIELDS[-1]
+
+
 class UsageRollup(models.Model):
-    """Usage per hour, key and deployment; applications, members and teams add up from it.
+    """Usage per hour, key, route and deployment; applications, members and teams add up
+    from it.
     Written by the audit writer with atomic upserts, so several workers lose no update."""
 
     hour = models.DateTimeField()
     key_prefix = models.CharField(max_length=40)
+    route = models.CharField(max_length=200, default="")  # the model the calls asked for
     deployment = models.CharField(max_length=50)  # "" for calls no deployment served
     member_id = models.BigIntegerField(null=True)
     application_id = models.BigIntegerField(null=True)
@@ -97,11 +113,23 @@ class UsageRollup(models.Model):
     server_errors = models.PositiveIntegerField(default=0)
     timeouts = models.PositiveIntegerField(default=0)
     rejected = models.PositiveIntegerField(default=0)  # refused by Sluice's own limits
+    # Latency of the calls that reached an upstream, as a histogram (LATENCY_BUCKETS_MS).
+    latency_le_100ms = models.PositiveIntegerField(default=0)
+    latency_le_250ms = models.PositiveIntegerField(default=0)
+    latency_le_500ms = models.PositiveIntegerField(default=0)
+    latency_le_1000ms = models.PositiveIntegerField(default=0)
+    latency_le_2500ms = models.PositiveIntegerField(default=0)
+    latency_le_5000ms = models.PositiveIntegerField(default=0)
+    latency_le_10000ms = models.PositiveIntegerField(default=0)
+    latency_le_30000ms = models.PositiveIntegerField(default=0)
+    latency_le_60000ms = models.PositiveIntegerField(default=0)
+    latency_over = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "key_prefix", "deployment"], name="rollup_hour_key_deployment"
+                fields=["hour", "key_prefix", "route", "deployment"],
+                name="rollup_hour_key_route_deployment",
             )
         ]
         indexes = [

@@ -23,7 +23,8 @@ from django.db.models.constants import OnConflict
 
 from core.outcomes import Outcome
 from quotas.admission import Ticket
-from quotas.models import UsageRollup
+from quotas.models import LATENCY_FIELDS, UsageRollup, latency_field
+from routing.metrics import metrics_record
 from routing.models import Attempt, CallRecord
 
 log = logging.getLogger("sluice.audit")
@@ -221,6 +222,7 @@ _ROLLUP_COUNTS = (
     "server_errors",
     "timeouts",
     "rejected",
+    *LATENCY_FIELDS,
 )
 _ATTEMPT_COUNTER = {
     "capacity": "capacity_errors",
@@ -235,17 +237,19 @@ _REFUSED = {Outcome.RATE_LIMITED, Outcome.BUDGET_EXCEEDED, Outcome.CONCURRENCY_L
 
 
 def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
-    """The batch added up per hour, key and deployment: use on the deployment that served,
+    """The batch added up per hour, key, route and deployment: use on the deployment that served,
     errors on the deployment that failed."""
-    rows: dict[tuple[datetime, str, str], dict[str, Any]] = {}
+    rows: dict[tuple[datetime, str, str, str], dict[str, Any]] = {}
 
     def row(call: CallLog, deployment: str) -> dict[str, Any]:
         hour = call.created_at.replace(minute=0, second=0, microsecond=0)
-        found = rows.get((hour, call.key_prefix, deployment))
+        route = call.requested_model[:200]
+        found = rows.get((hour, call.key_prefix, route, deployment))
         if found is None:
-            found = rows[(hour, call.key_prefix, deployment)] = {
+            found = rows[(hour, call.key_prefix, route, deployment)] = {
                 "hour": hour,
                 "key_prefix": call.key_prefix,
+                "route": route,
                 "deployment": deployment,
                 "member_id": call.member_id,
                 "application_id": call.application_id,
@@ -266,6 +270,8 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
         served["fallbacks"] += call.fell_back
         served["errors"] += call.outcome != Outcome.SUCCESS
         served["rejected"] += call.outcome in _REFUSED
+        if call.attempt_count:  # latency of calls that reached an upstream
+            served[latency_field(call.latency_ms)] += 1
         for attempt in call.attempts:
             counter = _ATTEMPT_COUNTER.get(attempt.error_class)
             if counter:
@@ -290,7 +296,7 @@ def _upsert_rollups(rows: list[dict[str, Any]]) -> None:
     sql = (
         f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in columns)}) "
         f"VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON CONFLICT (hour, key_prefix, deployment) DO UPDATE SET {added}"
+        f"ON CONFLICT (hour, key_prefix, route, deployment) DO UPDATE SET {added}"
     )
     _, values = _db_values(UsageRollup, rows)
     with connection.cursor() as cursor:
@@ -377,6 +383,7 @@ class AuditWriter:
         if len(self._pending) >= _MAX_PENDING:
             log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
             return
+        metrics_record(call)
         self._pending.append(call)
         self._ensure_task()
 

@@ -58,6 +58,7 @@ class Deployment(models.Model):
     drained_until = models.DateTimeField(
         null=True, blank=True, help_text="Taken out of service (drill) until then."
     )
+    drain_reason = models.CharField(max_length=300, blank=True)
     config_error = models.CharField(max_length=300, blank=True)
     config_error_at = models.DateTimeField(null=True, blank=True)
 
@@ -164,7 +165,15 @@ class CallRecord(models.Model):
     custom_id = models.CharField(max_length=200, blank=True, help_text="The batch line's id.")
 
     class Meta:
-        indexes = [models.Index(fields=["member", "created_at"], name="call_member_time")]
+        indexes = [
+            models.Index(fields=["member", "created_at"], name="call_member_time"),
+            # The call explorer's filters, each with time for its newest-first keyset paging.
+            models.Index(fields=["application", "created_at"], name="call_app_time"),
+            models.Index(fields=["served_deployment", "created_at"], name="call_served_time"),
+            models.Index(fields=["requested_model", "created_at"], name="call_route_time"),
+            models.Index(fields=["outcome", "created_at"], name="call_outcome_time"),
+            models.Index(fields=["key_prefix", "created_at"], name="call_key_time"),
+        ]
 
     def __str__(self) -> str:
         return self.request_id
@@ -190,6 +199,8 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["call", "number"]
+        # The console's capacity-error share per deployment reads recent attempts by time.
+        indexes = [models.Index(fields=["started_at"], name="attempt_started")]
         constraints = [
             models.UniqueConstraint(fields=["call", "number"], name="attempt_number_unique")
         ]

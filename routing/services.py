@@ -1,10 +1,20 @@
-"""Writes for routing."""
+"""Writes for routing: deployments (drain, enable) and the catalog as a whole (config)."""
 
 from datetime import timedelta
+from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
+from accounts.services import SYSTEM, Actor, admin_action_record, snapshot_of
 from routing.models import Deployment
+
+MAX_DRAIN = timedelta(days=7)
+_DRAIN_FIELDS = ("drained_until", "drain_reason", "enabled")
+
+
+class RoutingError(Exception):
+    """A change that names something missing or cannot be made; the message says which."""
 
 
 def deployment_mark_misconfigured(*, name: str, message: str) -> None:
@@ -14,11 +24,74 @@ def deployment_mark_misconfigured(*, name: str, message: str) -> None:
     )
 
 
-def deployment_drain(*, name: str, minutes: float | None) -> Deployment:
-    """Take a deployment out of service for `minutes` (a drill), or bring it back (None)."""
-    deployment = Deployment.objects.get(name=name)
-    deployment.drained_until = (
-        timezone.now() + timedelta(minutes=minutes) if minutes is not None else None
-    )
-    deployment.save(update_fields=["drained_until"])
+def _deployment(name: str) -> Deployment:
+    deployment = Deployment.objects.filter(name=name).first()
+    if deployment is None:
+        raise RoutingError(f"no deployment {name!r}")
     return deployment
+
+
+def deployment_drain(
+    *, name: str, minutes: float | None, reason: str = "", actor: Actor = SYSTEM
+) -> Deployment:
+    """Take a deployment out of service for `minutes` (a drill: traffic flows down the
+    chain), or bring it back (None). Every worker sees it within the catalog's few seconds."""
+    deployment = _deployment(name)
+    if minutes is not None and not 0 < minutes <= MAX_DRAIN.total_seconds() / 60:
+        raise RoutingError("a drain lasts more than 0 minutes and at most one week")
+    if len(reason) > 300:
+        raise RoutingError("the reason must be at most 300 characters")
+    with transaction.atomic():
+        before = snapshot_of(deployment, _DRAIN_FIELDS)
+        if minutes is None:
+            deployment.drained_until, deployment.drain_reason = None, ""
+        else:
+            deployment.drained_until = timezone.now() + timedelta(minutes=minutes)
+            deployment.drain_reason = reason
+        deployment.save(update_fields=["drained_until", "drain_reason"])
+        admin_action_record(
+            actor=actor,
+            action="deployment.drain" if minutes is not None else "deployment.undrain",
+            obj=deployment,
+            before=before,
+            after=snapshot_of(deployment, _DRAIN_FIELDS),
+        )
+    return deployment
+
+
+def deployment_set_enabled(*, name: str, enabled: bool, actor: Actor = SYSTEM) -> Deployment:
+    """A disabled deployment leaves every chain until it is enabled again."""
+    deployment = _deployment(name)
+    if deployment.enabled == enabled:
+        return deployment
+    with transaction.atomic():
+        before = snapshot_of(deployment, _DRAIN_FIELDS)
+        deployment.enabled = enabled
+        deployment.save(update_fields=["enabled"])
+        admin_action_record(
+            actor=actor,
+            action="deployment.enable" if enabled else "deployment.disable",
+            obj=deployment,
+            before=before,
+            after=snapshot_of(deployment, _DRAIN_FIELDS),
+        )
+    return deployment
+
+
+def config_apply(*, text: str, actor: Actor = SYSTEM, dry_run: bool = False) -> Any:
+    """Check a whole TOML file, then apply it in one transaction (or, with `dry_run`, only
+    say what would change). Returns the `ConfigDiff`; raises ConfigError for a bad file."""
+    from routing.config_export import config_diff
+
+    with transaction.atomic():
+        diff = config_diff(text, apply=not dry_run)
+        if not dry_run and diff.changed:
+            admin_action_record(
+                actor=actor,
+                action="config.apply",
+                obj="catalog",
+                object_type="config",
+                before={"changes": diff.before_summary()},
+                after={"changes": diff.after_summary(), "summary": diff.report.summary()},
+            )
+    return diff

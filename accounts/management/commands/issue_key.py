@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounts.services import AccountError, key_issue
+from accounts.services import AccountError, Actor, key_issue
 
 
 class Command(BaseCommand):
@@ -20,6 +20,7 @@ class Command(BaseCommand):
                 application_slug=str(options["application"]),
                 name=str(options["name"]),
                 expires_days=options["expires_days"],  # type: ignore[arg-type]
+                actor=Actor.command("issue_key"),
             )
         except AccountError as exc:
             raise CommandError(str(exc)) from None

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounts.services import AccountError, key_revoke
+from accounts.services import AccountError, Actor, key_revoke
 
 
 class Command(BaseCommand):
@@ -12,7 +12,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, prefix: str, **options: object) -> None:
         try:
-            key = key_revoke(prefix=prefix)
+            key = key_revoke(prefix=prefix, actor=Actor.command("revoke_key"))
         except AccountError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"Revoked {key.prefix} at {key.revoked_at.isoformat()}")

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from accounts.services import Actor
 from quotas.models import Scope
 from quotas.services import LimitError, limit_set
 
@@ -25,6 +26,7 @@ class Command(BaseCommand):
                 scope=str(o["scope"]),
                 name=str(o["name"]),
                 clear=bool(o["clear"]),
+                actor=Actor.command("set_limit"),
                 requests_per_minute=o["rpm"],
                 tokens_per_minute=o["tpm"],
                 max_concurrency=o["concurrency"],

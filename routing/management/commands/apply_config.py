@@ -1,6 +1,10 @@
+from pathlib import Path
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.config_file import ConfigError, apply_config, load_config
+from accounts.services import Actor
+from routing.config_file import ConfigError
+from routing.services import config_apply
 
 
 class Command(BaseCommand):
@@ -12,7 +16,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, file: str, **options: object) -> None:
         try:
-            report = apply_config(load_config(file))
+            text = Path(file).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read {file}: {exc}") from None
+        try:
+            diff = config_apply(text=text, actor=Actor.command("apply_config"))
         except ConfigError as exc:
             raise CommandError(f"{file}: {exc}") from None
-        self.stdout.write(f"{file}: {report.summary()}")
+        self.stdout.write(f"{file}: {diff.report.summary()}")

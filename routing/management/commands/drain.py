@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.models import Deployment
-from routing.services import deployment_drain
+from accounts.services import Actor
+from routing.services import RoutingError, deployment_drain
 
 
 class Command(BaseCommand):
@@ -13,16 +13,28 @@ class Command(BaseCommand):
         group = parser.add_mutually_exclusive_group(required=True)
         group.add_argument("--minutes", type=float)
         group.add_argument("--undo", action="store_true")
+        parser.add_argument("--reason", default="", help="why (shown in the console)")
 
     def handle(
-        self, *args: object, deployment: str, minutes: float | None, undo: bool, **options: object
+        self,
+        *args: object,
+        deployment: str,
+        minutes: float | None,
+        undo: bool,
+        reason: str,
+        **options: object,
     ) -> None:
         if minutes is not None and not 0 < minutes <= 7 * 24 * 60:
             raise CommandError("--minutes must be between 0 and one week")
         try:
-            drained = deployment_drain(name=deployment, minutes=None if undo else minutes)
-        except Deployment.DoesNotExist:
-            raise CommandError(f"no deployment {deployment!r}") from None
+            drained = deployment_drain(
+                name=deployment,
+                minutes=None if undo else minutes,
+                reason=reason,
+                actor=Actor.command("drain"),
+            )
+        except RoutingError as exc:
+            raise CommandError(str(exc)) from None
         if drained.drained_until is None:
             self.stdout.write(f"{deployment} is back in service")
         else:

@@ -153,7 +153,8 @@ Sluice is running on {base} (upstream simulator on 127.0.0.1:{SIMULATOR_PORT}).
 
   Demo key (member demo@example.com, application demo):
     {key}
-  Admin: {base}/admin/  user {ADMIN_EMAIL}, {admin}
+  Console: {base}/  log in as {ADMIN_EMAIL}, {admin}
+  (Django admin: {base}/admin/, same login)
 
 Try it with curl:
   curl {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\

@@ -1,0 +1,52 @@
+"""Who may open a console page: every view is wrapped by `console_view`.
+
+Anonymous visitors go to the login page; a role that may never take an action gets 403;
+objects out of the viewer's scope are looked up through `*_visible_to` querysets and so
+answer 404 (their existence is not revealed).
+"""
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from accounts.selectors import Viewer, viewer_for
+from accounts.services import Actor
+
+View = Callable[..., HttpResponse]
+
+
+def console_view(*, manage: bool = False, staff: bool = False) -> Callable[[View], View]:
+    """`manage`: staff or a team admin only; `staff`: staff only. Others get 403."""
+
+    def wrap(view: View) -> View:
+        @wraps(view)
+        def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            viewer = viewer_of(request)
+            if not viewer.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if staff and not viewer.is_staff:
+                raise PermissionDenied("Only an admin may do this.")
+            if manage and not viewer.can_manage:
+                raise PermissionDenied("Only an admin or a team admin may do this.")
+            return view(request, *args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+def viewer_of(request: HttpRequest) -> Viewer:
+    """The request's viewer, worked out once per request."""
+    viewer = getattr(request, "_sluice_viewer", None)
+    if viewer is None:
+        viewer = viewer_for(request.user)
+        request._sluice_viewer = viewer  # type: ignore[attr-defined]
+    return viewer
+
+
+def actor_of(request: HttpRequest) -> Actor:
+    return Actor.of(viewer_of(request))

@@ -1,0 +1,240 @@
+"""Reads for quotas: which limits a viewer may see, and how much of each is used now.
+
+Usage comes from where the gateway counts it: requests this minute from django-ratelimit's
+counter, calls in flight from the quota counters' leases (Redis with REDIS_URL, else this
+process), tokens today and spend this month from the hourly rollups (indexed by scope and
+hour; the audit writer adds to them within seconds of a call).
+"""
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.db.models import Q, QuerySet, Sum
+from django.http import HttpRequest
+from django.utils import timezone
+from django_ratelimit.core import get_usage
+
+from accounts.models import ApiKey, Member
+from accounts.selectors import Viewer
+from quotas.counters import quota_counters
+from quotas.limits import period_starts
+from quotas.models import Limit, Scope, UsageRollup
+
+
+def limits_visible_to(viewer: Viewer) -> QuerySet[Limit]:
+    """Staff: every limit. Team admin: their team's, and its applications', members' and
+    keys'. Member: the limits that apply to them (their own, their keys', their team's and
+    their keys' applications')."""
+    qs = Limit.objects.select_related(
+        "team", "application__team", "member__user", "member__team", "api_key__member__user"
+    )
+    if viewer.is_staff:
+        return qs
+    if viewer.team_admin_of is not None:
+        team = viewer.team_admin_of
+        return qs.filter(
+            Q(team_id=team)
+            | Q(application__team_id=team)
+            | Q(member__team_id=team)
+            | Q(api_key__member__team_id=team)
+        )
+    if viewer.member_id is not None:
+        apps = ApiKey.objects.filter(member_id=viewer.member_id).values("application_id")
+        return qs.filter(
+            Q(member_id=viewer.member_id)
+            | Q(api_key__member_id=viewer.member_id)
+            | Q(team_id=viewer.team_id)
+            | Q(application_id__in=apps)
+        )
+    return qs.none()
+
+
+def limit_target_name(limit: Limit) -> str:
+    """The name `limit_set` and `set_limit` take: prefix, slug or email."""
+    if limit.scope == Scope.KEY:
+        return limit.api_key.prefix
+    if limit.scope == Scope.APPLICATION:
+        return limit.application.slug
+    if limit.scope == Scope.MEMBER:
+        return limit.member.user.email
+    return limit.team.slug
+
+
+def limit_team_id(limit: Limit) -> int:
+    if limit.scope == Scope.KEY:
+        return limit.api_key.application.team_id
+    if limit.scope == Scope.APPLICATION:
+        return limit.application.team_id
+    if limit.scope == Scope.MEMBER:
+        return limit.member.team_id
+    return limit.team_id
+
+
+@dataclass
+class Usage:
+    requests_this_minute: int | None = None  # None: not counted (no requests-per-minute limit)
+    tokens_today: int = 0
+    tokens_this_month: int = 0
+    cost_this_month: Decimal = Decimal(0)
+    in_flight: int | None = None  # None: not counted (no concurrency limit)
+
+
+@dataclass
+class LimitRow:
+    limit: Limit
+    scope: str
+    name: str
+    usage: Usage
+    # limit field -> (used, limit, share used 0..1); only the limits that are set
+    meters: dict[str, tuple[Any, Any, float]] = field(default_factory=dict)
+
+
+def _target_id(limit: Limit) -> int:
+    return {
+        Scope.KEY: limit.api_key_id,
+        Scope.APPLICATION: limit.application_id,
+        Scope.MEMBER: limit.member_id,
+        Scope.TEAM: limit.team_id,
+    }[Scope(limit.scope)]
+
+
+def _rollups(limit: Limit) -> QuerySet[UsageRollup]:
+    scope = Scope(limit.scope)
+    if scope is Scope.KEY:
+        return UsageRollup.objects.filter(key_prefix=limit.api_key.prefix)
+    return UsageRollup.objects.filter(**{f"{scope.value}_id": _target_id(limit)})
+
+
+def _time_zone(limit: Limit) -> str:
+    if limit.scope == Scope.KEY:
+        return limit.api_key.application.team.time_zone
+    if limit.scope == Scope.APPLICATION:
+        return limit.application.team.time_zone
+    if limit.scope == Scope.MEMBER:
+        return limit.member.team.time_zone
+    return limit.team.time_zone
+
+
+def _requests_this_minute(limit: Limit) -> int | None:
+    if not limit.requests_per_minute:
+        return None
+    usage = get_usage(
+        HttpRequest(),
+        group="sluice.rpm",  # the gateway's counter (quotas/admission.py)
+        key=lambda group, request: f"{limit.scope}:{_target_id(limit)}",
+        rate=f"{limit.requests_per_minute}/m",
+        increment=False,
+    )
+    return int(usage["count"]) if usage else 0
+
+
+def limit_rows(limits: list[Limit], *, now: float | None = None) -> list[LimitRow]:
+    """Each limit with its current usage. Meant for one page of limits: a few indexed
+    queries per row and one round trip for every row's calls in flight."""
+    now = time.time() if now is None else now
+    rows = []
+    for limit in limits:
+        day, _, month, _ = period_starts(now, _time_zone(limit))
+        rollups = _rollups(limit).filter(hour__gte=min(day, month))
+        tokens = Sum("tokens_in") + Sum("tokens_out")
+        month_used = rollups.filter(hour__gte=month).aggregate(tokens=tokens, cost=Sum("cost"))
+        day_used = rollups.filter(hour__gte=day).aggregate(tokens=tokens)
+        usage = Usage(
+            requests_this_minute=_requests_this_minute(limit),
+            tokens_today=int(day_used["tokens"] or 0),
+            tokens_this_month=int(month_used["tokens"] or 0),
+            cost_this_month=month_used["cost"] or Decimal(0),
+        )
+        rows.append(
+            LimitRow(limit=limit, scope=limit.scope, name=limit_target_name(limit), usage=usage)
+        )
+    concurrency = [r for r in rows if r.limit.max_concurrency]
+    if concurrency:
+        prefix = settings.SLUICE_REDIS_PREFIX
+        keys = [f"{prefix}:q:{r.scope}:{_target_id(r.limit)}:concurrency" for r in concurrency]
+        counts = async_to_sync(quota_counters().in_flight)(keys)
+        for row, count in zip(concurrency, counts, strict=True):
+            row.usage.in_flight = count
+    for row in rows:
+        row.meters = _meters(row.limit, row.usage)
+    return rows
+
+
+def _meters(limit: Limit, usage: Usage) -> dict[str, tuple[Any, Any, float]]:
+    pairs = {
+        "requests_per_minute": usage.requests_this_minute,
+        "tokens_per_day": usage.tokens_today,
+        "tokens_per_month": usage.tokens_this_month,
+        "cost_per_month": usage.cost_this_month,
+        "max_concurrency": usage.in_flight,
+    }
+    meters = {}
+    for name, used in pairs.items():
+        cap = getattr(limit, name)
+        if cap:
+            used = used or 0
+            meters[name] = (used, cap, min(1.0, float(used) / float(cap)))
+    return meters
+
+
+def limits_of_member(member: Member) -> QuerySet[Limit]:
+    """The limits that apply to a member's calls: theirs, their keys', their team's and
+    the applications' their keys use."""
+    apps = ApiKey.objects.filter(member=member).values("application_id")
+    return Limit.objects.select_related(
+        "team",
+        "application__team",
+        "member__user",
+        "member__team",
+        "api_key__member__user",
+        "api_key__application__team",
+    ).filter(
+        Q(member=member)
+        | Q(api_key__member=member)
+        | Q(team_id=member.team_id)
+        | Q(application_id__in=apps)
+    )
+
+
+@dataclass(frozen=True)
+class DayUsage:
+    day: datetime
+    calls: int
+    tokens: int
+    cost: Decimal
+    errors: int
+
+
+def member_usage(*, member: Member, days: int = 30) -> list[DayUsage]:
+    """A member's calls, tokens and spend per day (UTC days) for the last `days` days,
+    oldest first, days without calls included; from the rollups (member_id, hour index)."""
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=days - 1)
+    totals: dict[datetime, list[Any]] = {
+        start + timedelta(days=i): [0, 0, Decimal(0), 0] for i in range(days)
+    }
+    rows = (
+        UsageRollup.objects.filter(member_id=member.pk, hour__gte=start)
+        .values("hour")
+        .annotate(
+            calls=Sum("requests"),
+            tokens=Sum("tokens_in") + Sum("tokens_out"),
+            cost=Sum("cost"),
+            errors=Sum("errors"),
+        )
+    )
+    for row in rows:
+        hour = row["hour"]
+        day = hour.astimezone(today.tzinfo).replace(hour=0, minute=0, second=0, microsecond=0)
+        if day in totals:
+            t = totals[day]
+            t[0] += row["calls"] or 0
+            t[1] += row["tokens"] or 0
+            t[2] += row["cost"] or Decimal(0)
+            t[3] += row["errors"] or 0
+    return [DayUsage(day, *values) for day, values in totals.items()]

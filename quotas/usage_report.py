@@ -1,0 +1,449 @@
+"""The usage report: who used what, read from the hourly rollups only, so a year of data
+answers as fast as a day.
+
+Periods are taken in a time zone (the team's) and rounded to the rollups' whole UTC hours
+(a zone with a half-hour offset starts its day at the hour before). Errors by class count
+upstream attempts that failed that way on the row's deployment (a call that met two full
+deployments counts two capacity errors); `refused` counts calls Sluice's own limits turned
+away. p50/p95 latency come from each row's histogram (calls that reached an upstream),
+interpolated within a bucket.
+"""
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.db.models import F, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
+
+from accounts.models import ApiKey, Application, Member, Team
+from accounts.selectors import Viewer
+from quotas.models import LATENCY_BUCKETS_MS, LATENCY_FIELDS, UsageRollup
+
+GROUPS = {
+    "team": "team_id",
+    "application": "application_id",
+    "member": "member_id",
+    "key": "key_prefix",
+    "route": "route",
+    "deployment": "deployment",
+}
+PERIODS = ("day", "week", "month", "custom")
+COUNTS = (
+    "requests",
+    "errors",
+    "capacity_errors",
+    "rate_limit_errors",
+    "server_errors",
+    "timeouts",
+    "rejected",
+    "fallbacks",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    *LATENCY_FIELDS,
+)
+# The CSV's and the page's columns, in order: (attribute, header).
+COLUMNS = (
+    ("calls", "calls"),
+    ("success", "success"),
+    ("capacity_errors", "capacity errors"),
+    ("rate_limit_errors", "rate-limit errors"),
+    ("server_errors", "server errors"),
+    ("timeouts", "timeouts"),
+    ("rejected", "refused by limits"),
+    ("fallbacks", "fallbacks"),
+    ("tokens_in", "tokens in"),
+    ("tokens_out", "tokens out"),
+    ("cost", "cost (USD)"),
+    ("p50_ms", "p50 latency (ms)"),
+    ("p95_ms", "p95 latency (ms)"),
+)
+
+
+class ReportError(ValueError):
+    """A report asked for with parameters that make no sense (shown to the user)."""
+
+
+@dataclass(frozen=True)
+class Period:
+    start: datetime  # inclusive, aware
+    end: datetime  # exclusive, aware
+    zone: ZoneInfo
+    label: str
+
+
+def period_for(
+    *,
+    period: str,
+    zone: ZoneInfo,
+    now: datetime,
+    since: date | None = None,
+    until: date | None = None,
+) -> Period:
+    """Today, this week (from Monday), this month (to now) or the days since..until
+    (inclusive), in `zone`."""
+    local_now = now.astimezone(zone)
+    today = local_now.date()
+    if period == "day":
+        first, last = today, today
+    elif period == "week":
+        first, last = today - timedelta(days=today.weekday()), today
+    elif period == "month":
+        first, last = today.replace(day=1), today
+    elif period == "custom":
+        if since is None or until is None:
+            raise ReportError("A custom period needs both a first and a last day.")
+        if until < since:
+            raise ReportError("The last day comes before the first.")
+        if (until - since).days > 3660:
+            raise ReportError("A period may cover at most ten years.")
+        first, last = since, until
+    else:
+        raise ReportError(f"Unknown period {period!r}: use one of {', '.join(PERIODS)}.")
+    start = datetime.combine(first, time(), zone)
+    end = datetime.combine(last + timedelta(days=1), time(), zone)
+    label = f"{first:%Y-%m-%d}" if first == last else f"{first:%Y-%m-%d} to {last:%Y-%m-%d}"
+    return Period(start, end, zone, f"{label} ({zone.key})")
+
+
+def rollups_visible_to(viewer: Viewer) -> QuerySet[UsageRollup]:
+    """Staff: every row; a team admin: their team's; a member: their own."""
+    if viewer.is_staff:
+        return UsageRollup.objects.all()
+    if viewer.team_admin_of is not None:
+        return UsageRollup.objects.filter(team_id=viewer.team_admin_of)
+    if viewer.member_id is not None:
+        return UsageRollup.objects.filter(member_id=viewer.member_id)
+    return UsageRollup.objects.none()
+
+
+def _in_period(qs: QuerySet[UsageRollup], period: Period) -> QuerySet[UsageRollup]:
+    # Rollup hours are whole UTC hours: a row belongs to the period its hour starts in.
+    return qs.filter(hour__gte=period.start, hour__lt=period.end)
+
+
+def _filtered(
+    viewer: Viewer,
+    period: Period,
+    *,
+    team_id: int | None = None,
+    application_id: int | None = None,
+    member_id: int | None = None,
+) -> QuerySet[UsageRollup]:
+    qs = _in_period(rollups_visible_to(viewer), period)
+    if team_id is not None:
+        qs = qs.filter(team_id=team_id)
+    if application_id is not None:
+        qs = qs.filter(application_id=application_id)
+    if member_id is not None:
+        qs = qs.filter(member_id=member_id)
+    return qs
+
+
+def percentile_ms(histogram: list[int], q: float) -> float | None:
+    """The q-quantile (0..1) of a latency histogram over LATENCY_BUCKETS_MS, interpolated
+    linearly within its bucket; the open last bucket answers its lower bound. None when
+    the histogram is empty."""
+    total = sum(histogram)
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    lower = 0.0
+    for bound, count in zip(LATENCY_BUCKETS_MS, histogram, strict=True):
+        if count and seen + count >= rank:
+            if bound is None:
+                return lower
+            return lower + (bound - lower) * max(0.0, rank - seen) / count
+        seen += count
+        lower = float(bound) if bound is not None else lower
+    return lower
+
+
+@dataclass
+class UsageRow:
+    key: Any
+    label: str
+    requests: int = 0
+    errors: int = 0
+    capacity_errors: int = 0
+    rate_limit_errors: int = 0
+    server_errors: int = 0
+    timeouts: int = 0
+    rejected: int = 0
+    fallbacks: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal = Decimal(0)
+    latency: list[int] = field(default_factory=lambda: [0] * len(LATENCY_FIELDS))
+
+    @property
+    def calls(self) -> int:
+        return self.requests
+
+    @property
+    def success(self) -> int:
+        return self.requests - self.errors
+
+    @property
+    def p50_ms(self) -> float | None:
+        return percentile_ms(self.latency, 0.5)
+
+    @property
+    def p95_ms(self) -> float | None:
+        return percentile_ms(self.latency, 0.95)
+
+    def add(self, other: "UsageRow") -> None:
+        for name in COUNTS:
+            if name in LATENCY_FIELDS:
+                continue
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.latency = [a + b for a, b in zip(self.latency, other.latency, strict=True)]
+
+    def cells(self) -> list[Any]:
+        return [getattr(self, attr) for attr, _ in COLUMNS]
+
+
+@dataclass
+class UsageReport:
+    group_by: str
+    period: Period
+    rows: list[UsageRow]
+    totals: UsageRow
+
+
+def _labels(group_by: str, keys: list[Any]) -> dict[Any, str]:
+    ids = [k for k in keys if k is not None]
+    if group_by == "team":
+        return dict(Team.objects.filter(pk__in=ids).values_list("pk", "slug"))
+    if group_by == "application":
+        return dict(Application.objects.filter(pk__in=ids).values_list("pk", "slug"))
+    if group_by == "member":
+        return dict(Member.objects.filter(pk__in=ids).values_list("pk", "user__email"))
+    if group_by == "key":
+        return {
+            p: f"{p} ({n})" if n else p
+            for p, n in ApiKey.objects.filter(prefix__in=ids).values_list("prefix", "name")
+        }
+    return {}
+
+
+def _empty_label(group_by: str) -> str:
+    return {"deployment": "(none: not served)", "route": "(none)"}.get(group_by, "(deleted)")
+
+
+def _sums() -> dict[str, Sum]:
+    return {f"s_{name}": Sum(name) for name in COUNTS}
+
+
+def _row_from(key: Any, label: str, values: dict[str, Any]) -> UsageRow:
+    row = UsageRow(key=key, label=label)
+    for name in COUNTS:
+        if name in LATENCY_FIELDS:
+            continue
+        value = values[f"s_{name}"]
+        setattr(row, name, Decimal(value or 0) if name == "cost" else int(value or 0))
+    row.latency = [int(values[f"s_{name}"] or 0) for name in LATENCY_FIELDS]
+    return row
+
+
+def usage_report(
+    *,
+    viewer: Viewer,
+    group_by: str,
+    period: Period,
+    team_id: int | None = None,
+    application_id: int | None = None,
+    member_id: int | None = None,
+) -> UsageReport:
+    """One row per team / application / member / key / route / deployment, most calls
+    first, and the totals: the sum of the rows (so they agree to the cent)."""
+    column = GROUPS.get(group_by)
+    if column is None:
+        raise ReportError(f"Unknown grouping {group_by!r}: use one of {', '.join(GROUPS)}.")
+    qs = _filtered(
+        viewer, period, team_id=team_id, application_id=application_id, member_id=member_id
+    )
+    grouped = qs.values(column).annotate(**_sums()).order_by()
+    found = list(grouped)
+    labels = _labels(group_by, [v[column] for v in found])
+    rows = [
+        _row_from(
+            v[column],
+            labels.get(v[column]) or (str(v[column]) if v[column] else _empty_label(group_by)),
+            v,
+        )
+        for v in found
+    ]
+    rows.sort(key=lambda r: (-r.requests, r.label))
+    totals = UsageRow(key=None, label="Total")
+    for row in rows:
+        totals.add(row)
+    return UsageReport(group_by, period, rows, totals)
+
+
+# --- Requested vs served -------------------------------------------------------------------
+
+
+@dataclass
+class Matrix:
+    routes: list[str]
+    deployments: list[str]
+    counts: dict[tuple[str, str], int]  # (route, deployment) -> calls served
+    route_totals: dict[str, int]
+    fallbacks: dict[str, int]  # route -> calls served by a deployment other than the first
+
+    def share(self, route: str, deployment: str) -> float:
+        total = self.route_totals.get(route, 0)
+        return self.counts.get((route, deployment), 0) / total if total else 0.0
+
+    def downgrade_rate(self, route: str) -> float:
+        total = self.route_totals.get(route, 0)
+        return self.fallbacks.get(route, 0) / total if total else 0.0
+
+
+def requested_vs_served(
+    *, viewer: Viewer, period: Period, application_id: int | None = None, team_id: int | None = None
+) -> Matrix:
+    """Route (the model asked for) x deployment (the one that answered): calls served, each
+    route's share per deployment, and its downgrade rate (served by another than the
+    chain's first). Calls no deployment served are left out."""
+    qs = _filtered(viewer, period, team_id=team_id, application_id=application_id)
+    qs = qs.exclude(deployment="").exclude(route="")
+    found = (
+        qs.values("route", "deployment")
+        .annotate(n=Sum(F("requests") - F("errors")), fb=Sum("fallbacks"))
+        .order_by()
+    )
+    counts: dict[tuple[str, str], int] = {}
+    route_totals: dict[str, int] = {}
+    fallbacks: dict[str, int] = {}
+    for v in found:
+        n = int(v["n"] or 0)
+        if not n:
+            continue
+        counts[(v["route"], v["deployment"])] = n
+        route_totals[v["route"]] = route_totals.get(v["route"], 0) + n
+        fallbacks[v["route"]] = fallbacks.get(v["route"], 0) + int(v["fb"] or 0)
+    deployments = sorted(
+        {d for _, d in counts},
+        key=lambda d: (-sum(n for (_, dd), n in counts.items() if dd == d), d),
+    )
+    routes = sorted(route_totals, key=lambda r: (-route_totals[r], r))
+    return Matrix(routes, deployments, counts, route_totals, fallbacks)
+
+
+def downgrades_by_application(*, viewer: Viewer, period: Period) -> list[dict[str, Any]]:
+    """Per application and route: calls served and how many fell back."""
+    qs = _filtered(viewer, period).exclude(deployment="").exclude(route="")
+    found = (
+        qs.values("application_id", "route")
+        .annotate(n=Sum(F("requests") - F("errors")), fb=Sum("fallbacks"))
+        .order_by()
+    )
+    labels = _labels("application", [v["application_id"] for v in found])
+    rows = [
+        {
+            "application": labels.get(v["application_id"], "(deleted)"),
+            "route": v["route"],
+            "served": int(v["n"] or 0),
+            "fell_back": int(v["fb"] or 0),
+            "rate": (v["fb"] or 0) / v["n"] if v["n"] else 0.0,
+        }
+        for v in found
+        if v["n"]
+    ]
+    rows.sort(key=lambda r: (r["application"], r["route"]))
+    return rows
+
+
+# --- Time series -----------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    """Per time bucket (local start) and deployment: calls, tokens, cost, capacity share."""
+
+    buckets: list[datetime]
+    deployments: list[str]
+    calls: dict[str, list[int]]
+    tokens: dict[str, list[int]]
+    cost: dict[str, list[Decimal]]
+    capacity_share: dict[str, list[float | None]]
+    unit: str  # "hour" or "day"
+
+
+def attempts_sum() -> Sum:
+    """Upstream attempts at a deployment, from its rollups, summed in the database: calls
+    it answered (its latency histogram) plus the attempts that failed there by class. Bad
+    requests it refused are not counted (rollups keep no class for them)."""
+    names = (*LATENCY_FIELDS, "capacity_errors", "rate_limit_errors", "server_errors", "timeouts")
+    total = F(names[0])
+    for name in names[1:]:
+        total = total + F(name)
+    return Sum(total)
+
+
+SERIES_SUMS = {
+    "s_requests": Sum("requests"),
+    "s_tokens": Sum(F("tokens_in") + F("tokens_out")),
+    "s_cost": Sum("cost"),
+    "s_capacity_errors": Sum("capacity_errors"),
+    "s_attempts": attempts_sum(),
+}
+
+
+def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) -> Series:
+    """Hourly buckets for a period of up to two days, else daily, in the period's zone."""
+    hourly = period.end - period.start <= timedelta(days=2)
+    trunc = (TruncHour if hourly else TruncDay)("hour", tzinfo=period.zone)
+    qs = _filtered(viewer, period, team_id=team_id).exclude(deployment="")
+    found = list(
+        qs.annotate(bucket=trunc).values("bucket", "deployment").annotate(**SERIES_SUMS).order_by()
+    )
+    step = timedelta(hours=1) if hourly else timedelta(days=1)
+    buckets: list[datetime] = []
+    cursor = period.start.astimezone(period.zone)
+    while cursor < period.end:
+        buckets.append(cursor)
+        # Step in local wall time so days stay days across a DST change.
+        cursor = (cursor.replace(tzinfo=None) + step).replace(tzinfo=period.zone)
+    index = {b.replace(tzinfo=None): i for i, b in enumerate(buckets)}
+    deployments = sorted({v["deployment"] for v in found})
+    size = len(buckets)
+    calls = {d: [0] * size for d in deployments}
+    tokens = {d: [0] * size for d in deployments}
+    cost = {d: [Decimal(0)] * size for d in deployments}
+    attempts = {d: [0] * size for d in deployments}
+    capacity = {d: [0] * size for d in deployments}
+    for v in found:
+        i = index.get(v["bucket"].astimezone(period.zone).replace(tzinfo=None))
+        if i is None:
+            continue
+        d = v["deployment"]
+        calls[d][i] += int(v["s_requests"] or 0)
+        tokens[d][i] += int(v["s_tokens"] or 0)
+        cost[d][i] += Decimal(v["s_cost"] or 0)
+        attempts[d][i] += int(v["s_attempts"] or 0)
+        capacity[d][i] += int(v["s_capacity_errors"] or 0)
+    share = {
+        d: [capacity[d][i] / attempts[d][i] if attempts[d][i] else None for i in range(size)]
+        for d in deployments
+    }
+    return Series(buckets, deployments, calls, tokens, cost, share, "hour" if hourly else "day")
+
+
+def team_zone(team_id: int | None) -> ZoneInfo:
+    """The team's time zone; UTC for no team or an unknown zone name."""
+    name = (
+        Team.objects.filter(pk=team_id).values_list("time_zone", flat=True).first()
+        if team_id
+        else None
+    )
+    try:
+        return ZoneInfo(name or "UTC")
+    except (KeyError, ValueError):
+        return ZoneInfo("UTC")
