@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.http import HttpResponse
 
@@ -61,7 +62,7 @@ def capacity_exhausted(retry_after: int) -> GatewayError:
     )
 
 
-def json_object(content: bytes) -> dict | None:
+def json_object(content: bytes) -> dict[str, Any] | None:
     try:
         payload = json.loads(content)
     except ValueError:
