@@ -382,23 +382,16 @@ class Simulator(FaultInjection):
                 }
             )
         else:
-            chat = plan.kind == "chat"
-            template = self.responses.answer_template(plan, model)
-            body = self.responses.fill(template, plan, self.responses.ids_for(chat))
+            body = self.responses.answer(plan, model)
         if guard is not None:
             guard.finishing = True
         await send_raw(send, 200, json_headers(body), body)
 
     async def _stream(self, send: Send, plan: Plan, model: str, guard: Guard | None) -> None:
-        first, token, last = self.responses.stream_templates(plan, model)
-        ids = self.responses.ids_for(plan.kind == "chat")
-        token = self.responses.fill(token, plan, ids)
-        last = self.responses.fill(last, plan, ids)
-
+        first, token, last = self.responses.stream(plan, model)
         if self._latency:
             await asyncio.sleep(self.draw_latency())
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        first = self.responses.fill(first, plan, ids) if first else b""
         delay = self._token_latency
         if not delay:
             # Nothing to wait for between events: one write instead of one per event (the same

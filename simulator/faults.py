@@ -144,10 +144,7 @@ class FaultInjection:
         self, send: Send, receive: Receive, plan: Plan, model: str, guard: Guard
     ) -> None:
         """The first half of a streamed answer, then the connection drops (no last chunk)."""
-        first, token, _ = self.responses.stream_templates(plan, model)
-        ids = self.responses.ids_for(plan.kind == "chat")
-        first = self.responses.fill(first, plan, ids) if first else b""
-        token = self.responses.fill(token, plan, ids)
+        first, token, _ = self.responses.stream(plan, model)
         if self._latency:
             await asyncio.sleep(self.draw_latency())
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
