@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .

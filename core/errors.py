@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.http import HttpResponse
 
@@ -81,7 +82,7 @@ def database_unavailable() -> GatewayError:
     )
 
 
-def json_object(content: bytes) -> dict | None:
+def json_object(content: bytes) -> dict[str, Any] | None:
     try:
         payload = json.loads(content)
     except ValueError:

@@ -20,16 +20,12 @@ from typing import Any
 
 from simulator.admin import admin_changes
 from simulator.config import ScheduledFault, SimulatorConfig, checked_model_name
-from simulator.faults import FaultInjection
+from simulator.faults import FaultInjection, context_length_bodies, fixed_fault_answers
 from simulator.requests import BadRequest, Plan, plan_chat, plan_completion, plan_embedding
 from simulator.responses import (
-    AUTH_MESSAGE,
     CAPACITY_MESSAGE,
-    CONTEXT_LENGTH_MESSAGE,
     EMBEDDING_DIM,
-    GARBAGE_BODY,
     RATE_LIMIT_MESSAGE,
-    SERVER_ERROR_MESSAGE,
     Responses,
     embedding_vector,
 )
@@ -80,24 +76,8 @@ class Simulator(FaultInjection):
         )
         self._rate_headers = json_headers(self._rate_body, retry)
         self._fault_retry_after = 1.0 if config.retry_after is None else float(config.retry_after)
-        self._fault_bodies: dict[str, tuple[int, list, bytes]] = {
-            kind: (status, json_headers(body), body)
-            for kind, status, body in (
-                ("capacity", 503, self._capacity_body),
-                ("rate_limit_bare", 429, self._rate_body),
-                ("auth", 401, error_body(AUTH_MESSAGE, "invalid_request_error", "invalid_api_key")),
-                ("server_error", 500, error_body(SERVER_ERROR_MESSAGE, "server_error", None)),
-                ("garbage", 200, GARBAGE_BODY),
-            )
-        }
-        self._context_length_bodies = {
-            kind: error_body(
-                CONTEXT_LENGTH_MESSAGE, "invalid_request_error", "context_length_exceeded", param
-            )
-            for kind, param in (
-                ("chat", "messages"), ("completion", "prompt"), ("embedding", "input")
-            )
-        }  # fmt: skip
+        self._fault_bodies = fixed_fault_answers(self._capacity_body, self._rate_body)
+        self._context_length_bodies = context_length_bodies()
         for fault in config.faults:
             self.set_fault(fault.model, fault.kind, fault.probability, fault.retry_after)
 
@@ -382,23 +362,16 @@ class Simulator(FaultInjection):
                 }
             )
         else:
-            chat = plan.kind == "chat"
-            template = self.responses.answer_template(plan, model)
-            body = self.responses.fill(template, plan, self.responses.ids_for(chat))
+            body = self.responses.answer(plan, model)
         if guard is not None:
             guard.finishing = True
         await send_raw(send, 200, json_headers(body), body)
 
     async def _stream(self, send: Send, plan: Plan, model: str, guard: Guard | None) -> None:
-        first, token, last = self.responses.stream_templates(plan, model)
-        ids = self.responses.ids_for(plan.kind == "chat")
-        token = self.responses.fill(token, plan, ids)
-        last = self.responses.fill(last, plan, ids)
-
+        first, token, last = self.responses.stream(plan, model)
         if self._latency:
             await asyncio.sleep(self.draw_latency())
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        first = self.responses.fill(first, plan, ids) if first else b""
         delay = self._token_latency
         if not delay:
             # Nothing to wait for between events: one write instead of one per event (the same

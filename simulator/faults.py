@@ -10,7 +10,13 @@ from collections.abc import Callable
 
 from simulator.config import SLOT_FAULTS
 from simulator.requests import Plan
-from simulator.responses import GARBAGE_BODY, Responses
+from simulator.responses import (
+    AUTH_MESSAGE,
+    CONTEXT_LENGTH_MESSAGE,
+    GARBAGE_BODY,
+    SERVER_ERROR_MESSAGE,
+    Responses,
+)
 from simulator.state import ModelState
 from simulator.wire import (
     SSE_HEADERS,
@@ -19,6 +25,7 @@ from simulator.wire import (
     Scope,
     Send,
     drop_connection,
+    error_body,
     json_headers,
     send_model_not_found,
     send_raw,
@@ -26,6 +33,34 @@ from simulator.wire import (
     wait_disconnect,
     watch_disconnect,
 )
+
+FixedAnswer = tuple[int, list, bytes]  # status, headers, body
+
+
+def fixed_fault_answers(
+    capacity_body: bytes, rate_body: bytes
+) -> dict[str, tuple[int, list, bytes]]:
+    """(status, headers, body) of each fault whose answer never changes, encoded once."""
+    return {
+        kind: (status, json_headers(body), body)
+        for kind, status, body in (
+            ("capacity", 503, capacity_body),
+            ("rate_limit_bare", 429, rate_body),
+            ("auth", 401, error_body(AUTH_MESSAGE, "invalid_request_error", "invalid_api_key")),
+            ("server_error", 500, error_body(SERVER_ERROR_MESSAGE, "server_error", None)),
+            ("garbage", 200, GARBAGE_BODY),
+        )
+    }
+
+
+def context_length_bodies() -> dict[str, bytes]:
+    """The context_length fault's body per kind of request, naming the field that is long."""
+    return {
+        kind: error_body(
+            CONTEXT_LENGTH_MESSAGE, "invalid_request_error", "context_length_exceeded", param
+        )
+        for kind, param in (("chat", "messages"), ("completion", "prompt"), ("embedding", "input"))
+    }
 
 
 class FaultInjection:
@@ -36,7 +71,7 @@ class FaultInjection:
     _token_latency: float
     _rate_body: bytes
     _fault_retry_after: float
-    _fault_bodies: dict[str, tuple[int, list, bytes]]
+    _fault_bodies: dict[str, FixedAnswer]
     _context_length_bodies: dict[str, bytes]
     responses: Responses
     draw_latency: Callable[[], float]
@@ -144,10 +179,7 @@ class FaultInjection:
         self, send: Send, receive: Receive, plan: Plan, model: str, guard: Guard
     ) -> None:
         """The first half of a streamed answer, then the connection drops (no last chunk)."""
-        first, token, _ = self.responses.stream_templates(plan, model)
-        ids = self.responses.ids_for(plan.kind == "chat")
-        first = self.responses.fill(first, plan, ids) if first else b""
-        token = self.responses.fill(token, plan, ids)
+        first, token, _ = self.responses.stream(plan, model)
         if self._latency:
             await asyncio.sleep(self.draw_latency())
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})

@@ -87,6 +87,19 @@ class Responses:
         key = (plan.kind, model, plan.choices, plan.tokens, plan.include_usage)
         return self.template(key, lambda: self.build_stream(plan, model))
 
+    def answer(self, plan: Plan, model: str) -> bytes:
+        """This request's answer (chat or completion), filled in."""
+        ids = self.ids_for(plan.kind == "chat")
+        return self.fill(self.answer_template(plan, model), plan, ids)
+
+    def stream(self, plan: Plan, model: str) -> tuple[bytes, bytes, bytes]:
+        """This request's (first, per-token, last) event blocks, filled in."""
+        first, token, last = self.stream_templates(plan, model)
+        ids = self.ids_for(plan.kind == "chat")
+        fill = self.fill
+        first = fill(first, plan, ids) if first else b""
+        return first, fill(token, plan, ids), fill(last, plan, ids)
+
     def usage(self, plan: Plan) -> dict[str, Any]:
         # Markers (filled per request by _fill) instead of this request's numbers, so one
         # template serves every request with the same shape.

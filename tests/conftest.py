@@ -175,63 +175,6 @@ def faulty_simulator() -> Iterator[SimulatorHandle]:
     yield from _simulator(*args)
 
 
-def _faulty_config(faulty: SimulatorHandle) -> dict[str, list[dict[str, Any]]]:
-    """Deployments `f-<model>` and routes `r-<scenario>` for the resilience tests. Every
-    scenario has its own deployments, so one test's breaker cannot touch another's."""
-    fast = {"backoff_base": 0.05, "backoff_cap": 0.2}
-
-    def dep(model: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "name": f"f-{model}",
-            "upstream": "faulty",
-            "model": model,
-            "breaker_threshold": 1000,
-            **extra,
-        }
-
-    deployments = [dep(m) for m in FAULTY_MODELS if m not in ("ctx", "brk", "shared")]
-    deployments += [
-        dep("ctx", context_window=8192),
-        {**dep("ok"), "name": "f-small-ctx", "context_window": 4096},
-        {**dep("ok2"), "name": "f-big-ctx", "context_window": 200_000},
-        dep("brk", breaker_threshold=3, breaker_cooldown=2),
-        dep("shared", breaker_threshold=3, breaker_cooldown=120),
-    ]
-    for d in deployments:
-        if d["name"] in ("f-t1", "f-t2"):
-            d["tier"] = "large"
-        elif d["name"] == "f-t3":
-            d["tier"] = "small"
-    routes = [
-        {"name": f"r-{m}", "chain": [f"f-{m}", "f-ok"], **fast}
-        for m in (
-            "srv",
-            "rl",
-            "rlbare",
-            "auth",
-            "nf",
-            "hang",
-            "reset",
-            "garbage",
-            "brk",
-            "shared",
-            "drn",
-        )
-    ]
-    routes += [
-        {"name": "r-ctx", "chain": ["f-ctx", "f-small-ctx", "f-big-ctx"], **fast},
-        {"name": "r-cut", "chain": ["f-cut", "f-ok"], **fast},
-        {"name": "r-ok", "chain": ["f-ok"], **fast},
-        {"name": "r-tier", "chain": ["f-t1", "f-t2", "f-t3"], "max_attempts": 3, **fast},
-    ]
-    return {
-        # A short read timeout, so a hanging upstream costs the tests one second.
-        "upstreams": [{"name": "faulty", "base_url": f"{faulty.url}/v1", "read_timeout": 1}],
-        "deployments": deployments,
-        "routes": routes,
-    }
-
-
 def _child_database_url() -> str:
     s = connection.settings_dict
     if connection.vendor == "sqlite":
@@ -240,55 +183,18 @@ def _child_database_url() -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+SCENARIO = ROOT / "tests" / "e2e_scenario.toml"
+
+
 def e2e_config(
     simulator: SimulatorHandle, slow: SimulatorHandle, faulty: SimulatorHandle
 ) -> dict[str, Any]:
-    """The demo config pointed at the test simulators, plus a slow route and a route the
-    demo application may not use."""
-    raw = tomllib.loads((ROOT / "config" / "demo.toml").read_text())
-    raw["upstreams"][0]["base_url"] = f"{simulator.url}/v1"
-    for deployment in raw["deployments"]:
-        # Tests make these full on purpose; their breakers must not open for later tests.
-        deployment["breaker_threshold"] = 1000
-    raw["deployments"].append(
-        {"name": "tiny", "upstream": "simulator", "model": "tiny", "breaker_threshold": 1000}
-    )
-    raw["upstreams"].append({"name": "slow-sim", "base_url": f"{slow.url}/v1"})
-    raw["deployments"].append({"name": "slow", "upstream": "slow-sim", "model": "slow"})
-    # Four slots, none kept back for interactive calls: the priority tests fill them.
-    raw["deployments"].append(
-        {
-            "name": "slow4",
-            "upstream": "slow-sim",
-            "model": "slow",
-            "max_concurrency": 4,
-            "interactive_reserve": 0.0,
-            "breaker_threshold": 1000,
-        }
-    )
-    raw["routes"] += [
-        {"name": "slow", "chain": ["slow"]},
-        {"name": "queue", "chain": ["slow4"]},
-        {"name": "secret", "chain": ["small"]},
-        # Always full: three quick tries, then 503.
-        {"name": "full", "chain": ["tiny"], "max_attempts": 3, "backoff_base": 0.05},
-    ]
-    raw["applications"][0]["routes"] += ["slow", "full", "queue"]
-    for section, entries in _faulty_config(faulty).items():
-        raw[section] += entries
-    # Applications with ceilings on max_tokens and n (the quota tests).
-    for slug, clamp in (("capped", True), ("strict", False)):
-        raw["applications"].append(
-            {
-                "slug": slug,
-                "team": "demo",
-                "routes": ["fast", "slow"],
-                "max_tokens_ceiling": 8,
-                "clamp_max_tokens": clamp,
-                "max_n": 2,
-            }
-        )
-    raw["applications"][0]["routes"] += [r["name"] for r in raw["routes"] if r["name"][:2] == "r-"]
+    """tests/e2e_scenario.toml (the config-file format), its upstreams pointed at the test
+    simulators."""
+    raw = tomllib.loads(SCENARIO.read_text())
+    urls = {"simulator": simulator.url, "slow-sim": slow.url, "faulty": faulty.url}
+    for upstream in raw["upstreams"]:
+        upstream["base_url"] = f"{urls[upstream['name']]}/v1"
     return raw
 
 
