@@ -73,7 +73,10 @@ class SluiceHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if self.cycle is not None and not self.cycle.response_complete:
-            return  # a request is being answered: not waiting for headers
+            # A request is being answered (uvicorn reads no further meanwhile): look again
+            # later rather than cut its answer.
+            self._arm()
+            return
         if self._began:
             self.transport.write(_TIMED_OUT)
         self.transport.close()

@@ -53,7 +53,7 @@ _COMMON_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
 _POSITIVE = {"max_tokens", "max_completion_tokens", "n"}
 # Upper bounds: far above what any upstream takes, low enough that the cost and token
 # arithmetic never overflows (10**400 tokens would).
-_MAX_INT = {"max_tokens": 2**31 - 1, "max_completion_tokens": 2**31 - 1, "n": 128}
+_MAX_INT = {"max_tokens": 2**31 - 1, "max_completion_tokens": 2**31 - 1, "n": 10_000}
 _INT64 = 2**63
 _MAX_NUMBER = 1e15  # temperature, penalties, …: anything finite, within reason
 # Arrays of inputs: OpenAI's own limit for embeddings; prompts alike.

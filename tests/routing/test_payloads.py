@@ -94,7 +94,7 @@ def _refused(endpoint: Endpoint, raw: bytes) -> GatewayError:
         (EMBEDDINGS, b'{"a":' * 10_000 + b"1" + b"}" * 10_000, None, "nested too deeply"),
         (CHAT, _chat(max_tokens=10**400), "max_tokens", "out of range"),
         (CHAT, _chat(n=10**400), "n", "out of range"),
-        (CHAT, _chat(n=129), "n", "out of range"),
+        (CHAT, _chat(n=10_001), "n", "out of range"),
         (CHAT, _chat(seed=2**64), "seed", "out of range"),
         (CHAT, _chat(temperature=1e300), "temperature", "out of range"),
         (CHAT, _chat()[:-1] + b', "user": ' + b"7" * 5000 + b"}", None, "out of range"),

@@ -116,3 +116,38 @@ async def test_a_call_queued_while_redis_is_down_moves_back_when_it_returns(priv
     assert (await state._fallback.snapshot(name, LIMITS)).in_flight == 0
     assert (await state.snapshot(name, LIMITS)).in_flight == 0
     await state._client().aclose()
+
+
+def test_gateway_serves_calls_queued_when_redis_dies(
+    private_redis, e2e_database, issue_key, slow_simulator
+):
+    """The issue's probe: four batch calls wait behind four streams of about 2 s on the
+    `queue` route (4 slots); Redis is killed; the waiting calls are served once the streams
+    end, not refused at their deadline. Then Redis returns and calls go on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import _gateway, wait_until
+    from tests.routing.test_priority_e2e import _call
+
+    env = {"REDIS_URL": private_redis.url, "SLUICE_WAIT_BATCH": "20"}
+    runs = _gateway(e2e_database, extra_env=env)
+    gateway = next(runs)
+    try:
+        key = issue_key().plaintext
+        before = slow_simulator.stats("slow")["in_flight"]
+        with ThreadPoolExecutor(8) as pool:
+            streams = [pool.submit(_call, gateway, key, "batch", stream=True) for _ in range(4)]
+            wait_until(lambda: slow_simulator.stats("slow")["in_flight"] >= before + 4 or None)
+            waiting = [pool.submit(_call, gateway, key, "batch") for _ in range(4)]
+            time.sleep(0.5)  # they have joined the queue in Redis
+            private_redis.kill()
+            started = time.monotonic()
+            answers = [f.result() for f in waiting]
+            took = time.monotonic() - started
+            assert [f.result().status_code for f in streams] == [200] * 4
+        assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+        assert took < 12  # the streams end after about 2 s; the deadline was 20 s
+        private_redis.start()
+        assert _call(gateway, key, "batch").status_code == 200
+    finally:
+        next(runs, None)
