@@ -243,7 +243,7 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
 
     def row(call: CallLog, deployment: str) -> dict[str, Any]:
         hour = call.created_at.replace(minute=0, second=0, microsecond=0)
-        route = call.requested_model[:200]
+        route = storable(call.requested_model[:200])
         found = rows.get((hour, call.key_prefix, route, deployment))
         if found is None:
             found = rows[(hour, call.key_prefix, route, deployment)] = {

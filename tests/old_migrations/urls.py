@@ -1,0 +1,3 @@
+"""No pages: these settings only migrate."""
+
+urlpatterns: list = []
