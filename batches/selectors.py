@@ -6,6 +6,7 @@ from datetime import datetime
 from django.db.models import Count, Q
 
 from accounts.models import Application
+from accounts.windows import effective_windows
 from batches.models import Batch, BatchFile, BatchLine
 
 ACTIVE = (
@@ -98,7 +99,7 @@ def active_batches() -> list[ActiveBatch]:
                 application_id=b.application_id,
                 key_prefix=b.key_prefix,
                 expires_at=b.expires_at,
-                windows=app.batch_windows.strip() or app.team.batch_windows,
+                windows=effective_windows(app.batch_windows, app.team.batch_windows),
                 time_zone=app.team.time_zone,
             )
         )
@@ -130,7 +131,7 @@ def batch_progress() -> list[dict[str, object]]:
                 "completed": c.get("completed", 0),
                 "failed": c.get("failed", 0),
                 "running": running.get(b.id, 0),
-                "windows": app.batch_windows.strip() or app.team.batch_windows or "any",
+                "windows": effective_windows(app.batch_windows, app.team.batch_windows) or "any",
                 "created_at": b.created_at,
                 "expires_at": b.expires_at,
             }

@@ -11,7 +11,8 @@ same arrivals:
   1. interactive alone, no batch;
   2. the same while a batch of `lines` lines runs (`manage.py run_batches`, one runner);
   3. with the batch still running, interactive arrivals for `seconds`/2 at 50 %, then at
-     100 % (the load doubles) for `seconds`/2.
+     100 % (the load doubles) for `seconds`/2; the same arrivals also run before the batch,
+     as the baseline.
 
 Printed: interactive success (200) and p50/p99 queue wait (X-Sluice-Queue-Ms) with and
 without the batch; the batch's throughput against the spare capacity it may use (the
@@ -213,8 +214,14 @@ def main() -> None:
         )
 
         schedule = arrivals(rate, args.seconds, args.seed)
+        half = args.seconds / 2
+        doubled = sorted(
+            arrivals(rate, half, args.seed + 1)
+            + arrivals(2 * rate, half, args.seed + 2, start=half)
+        )
         asyncio.run(interactive(url, live_key, arrivals(rate, 2, args.seed - 1)))  # warm up
         alone, alone_samples = asyncio.run(measured(sampler, interactive(url, live_key, schedule)))
+        surge_alone, _ = asyncio.run(measured(sampler, interactive(url, live_key, doubled)))
 
         # The batch: upload, create, and a runner beside the gateway.
         lines = "".join(
@@ -251,12 +258,8 @@ def main() -> None:
             window = time.monotonic() - started
             batch_done = completed(gateway, batch_key, batch.id) - before
 
-            half = args.seconds / 2
-            doubled = arrivals(rate, half, args.seed + 1) + arrivals(
-                2 * rate, half, args.seed + 2, start=half
-            )
             surge, surge_samples = asyncio.run(
-                measured(sampler, interactive(url, live_key, sorted(doubled)))
+                measured(sampler, interactive(url, live_key, doubled))
             )
         finally:
             client.batches.cancel(batch.id)
@@ -264,7 +267,7 @@ def main() -> None:
             runner.wait(timeout=30)
 
         report(args, alone, alone_samples, beside, beside_samples, batch_done, window)
-        report_surge(surge, surge_samples, args.seconds / 2)
+        report_surge(surge, surge_samples, surge_alone, half)
 
 
 def mean(values: list[float]) -> float:
@@ -307,7 +310,7 @@ def report(args, alone, alone_samples, beside, beside_samples, batch_done, windo
     print(f"  batch / spare                     {batch_rps / spare_rps:8.0%}")
 
 
-def report_surge(surge: list[Call], samples: list, half: float) -> None:
+def report_surge(surge: list[Call], samples: list, alone: list[Call], half: float) -> None:
     before = [x[2] for x in samples if x[0] < half]
     after = [x for x in samples if x[0] >= half]
     level = mean([x[2] for x in after if x[0] >= half * 1.5])
@@ -316,15 +319,18 @@ def report_surge(surge: list[Call], samples: list, half: float) -> None:
         if mean([x[2] for x in after[i : i + 25]]) <= level + 0.25:  # 500 ms
             back_off = sample[0] - half
             break
-    late = [c for c in surge if c.at >= half]
-    print(f"\nInteractive load doubles (50 % -> 100 %) at {half:.0f} s, batch running:")
+    print(f"\nInteractive load doubles (50 % -> 100 %) at {half:.0f} s:")
     print(f"  batch calls in flight before      {mean(before):8.2f}")
     print(f"  batch calls in flight after       {level:8.2f}  (mean of the last {half / 2:.0f} s)")
     print(
         f"  time to back off                  {back_off * 1000:8.0f} ms  (500 ms mean within +0.25)"
     )
-    print(f"  interactive success after         {sum(c.ok for c in late) / len(late):8.2%}")
-    print(f"  interactive p99 queue wait after  {pct([c.queue_ms for c in late], 99):8.0f} ms")
+    print(f"  after the doubling              {'no batch':>10}{'batch running':>16}")
+    late, late_alone = [c for c in surge if c.at >= half], [c for c in alone if c.at >= half]
+    ok = [f"{sum(c.ok for c in calls) / len(calls):.2%}" for calls in (late_alone, late)]
+    p99 = [f"{pct([c.queue_ms for c in calls], 99):.0f}" for calls in (late_alone, late)]
+    print(f"  interactive success             {ok[0]:>10}{ok[1]:>16}")
+    print(f"  interactive p99 queue wait (ms) {p99[0]:>10}{p99[1]:>16}")
     print("  batch calls in flight, 250 ms bins from 1 s before the doubling:")
     bins = []
     for k in range(-4, 12):

@@ -5,10 +5,10 @@ a flood of made-up prefixes never pushes real keys out."""
 import uuid
 
 import pytest
-from routing.errors import GatewayError
 
 import accounts.authentication as authentication
 from accounts.authentication import authenticate, forget_cached_keys
+from core.errors import GatewayError
 
 
 @pytest.fixture

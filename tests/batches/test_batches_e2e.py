@@ -180,6 +180,46 @@ def test_outside_its_window_a_batch_sends_nothing_until_the_window_opens(
         Application.objects.filter(slug="nightly").update(batch_windows="")
 
 
+def test_a_window_closing_mid_batch_stops_new_lines_and_lets_in_flight_ones_finish(
+    batch_client, start_runner, tmp_path: Path, lag_simulator, committed_db
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from accounts.models import Application
+    from batches.models import BatchLine
+    from routing.models import CallRecord
+
+    client = batch_client("nightly")
+    start_runner()
+    file_id = upload(client, chat_lines(200, model="lag"), tmp_path)
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    try:
+        wait_until(
+            lambda: client.batches.retrieve(batch.id).request_counts.completed >= 6, timeout=30
+        )
+        now = datetime.now(UTC)
+        closed = f"{(now + timedelta(hours=2)):%H:00}-{(now + timedelta(hours=3)):%H:00}"
+        Application.objects.filter(slug="nightly").update(batch_windows=closed)
+        # Lines in flight finish; then nothing runs and nothing more is sent.
+        wait_until(
+            lambda: not BatchLine.objects.filter(batch_id=batch.id, state="running").exists(),
+            timeout=10,
+        )
+        stopped = client.batches.retrieve(batch.id)
+        sent = lag_simulator.stats("lag")["requests"]
+        time.sleep(1.5)
+        assert lag_simulator.stats("lag")["requests"] == sent
+        later = client.batches.retrieve(batch.id)
+        assert later.status == "in_progress"
+        assert later.request_counts.completed == stopped.request_counts.completed < 200
+        assert not CallRecord.objects.filter(batch_id=batch.id, outcome="client_cancelled")
+    finally:
+        Application.objects.filter(slug="nightly").update(batch_windows="")
+    assert _poll(client, batch.id, FINAL, timeout=60).status == "completed"
+
+
 def test_a_runner_killed_mid_batch_loses_and_duplicates_nothing(
     batch_client, start_runner, tmp_path: Path
 ) -> None:
@@ -198,6 +238,10 @@ def test_a_runner_killed_mid_batch_loses_and_duplicates_nothing(
     assert done.status == "completed"
     out = _lines(client, done.output_file_id)
     assert sorted(o["custom_id"] for o in out) == sorted(f"req-{i}" for i in range(60))
+    from batches.models import BatchLine
+
+    # The dead runner's lines were taken again once their leases ran out.
+    assert BatchLine.objects.filter(batch_id=batch.id, claims__gt=1).exists()
 
 
 def test_keys_see_only_their_own_applications_files_and_batches(
