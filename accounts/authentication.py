@@ -137,3 +137,9 @@ async def authenticate(plaintext: str | None) -> Principal:
     if principal.expires_at is not None and principal.expires_at <= timezone.now():
         raise unauthorized(f"API key {principal.prefix} has expired.")
     return principal
+
+
+def forget_cached_keys() -> None:
+    """Forget every key this worker knows, found or not (tests start from a cold cache)."""
+    _principals.clear()
+    _unknown.clear()
