@@ -100,9 +100,10 @@ class Stack:
         return out.strip().splitlines()[-1]
 
     def gateway(
-        self, *, workers: int = 1, env: dict[str, str] | None = None
+        self, *, workers: int = 1, env: dict[str, str] | None = None, source: Path = ROOT
     ) -> tuple[str, list[int]]:
-        """Start Sluice under uvicorn; its base URL and process ids."""
+        """Start Sluice under uvicorn (from `source`: another checkout for a baseline); its
+        base URL and process ids."""
         port = free_port()
         proc = subprocess.Popen(
             [
@@ -120,7 +121,7 @@ class Stack:
                 "--log-level",
                 "warning",
             ],
-            cwd=ROOT,
+            cwd=source,
             env=self.env | (env or {}),
         )
         self.procs.append(proc)
@@ -128,6 +129,16 @@ class Stack:
         wait_ready(f"{url}/healthz", proc)
         time.sleep(0.5)  # workers finish starting
         return url, process_tree(proc)
+
+    def checkout(self, ref: str) -> Path:
+        """The project's files at a git ref (say `main`), in the stack's scratch folder."""
+        target = self.tmp / f"src-{ref.replace('/', '-')}"
+        target.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+        return target
 
     def stop_last(self) -> None:
         proc = self.procs.pop()
