@@ -17,8 +17,10 @@ class MemberAdmin(admin.ModelAdmin):
 
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
+    """The routes it may call are picked here too: routing/admin.py adds them (the grant is
+    routing's, which accounts does not import)."""
+
     list_display = ("slug", "name", "team", "default_priority")
-    filter_horizontal = ("routes",)
 
 
 @admin.register(ApiKey)

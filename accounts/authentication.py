@@ -3,7 +3,7 @@
 Each worker keeps what it learned about a key for at most `SLUICE_KEY_CACHE_SECONDS` (2 s
 by default; a hot key is reloaded in the background before then), so a revoked key stops
 working on every worker within that time; with Redis, revoking it tells every worker to
-drop it at once (routing/refresh.py). Expiry is checked against the cached expiry time on
+drop it at once (core/refresh.py). Expiry is checked against the cached expiry time on
 every request, so it is exact.
 """
 
@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
-from routing.db import db_read
-from routing.errors import unauthorized
-from routing.refresh import KEYS, RefreshingCache
+from core.db import db_read
+from core.errors import unauthorized
+from core.refresh import KEYS, RefreshingCache
 
 _LAST_USED_EVERY = timedelta(minutes=1)
 
@@ -109,8 +109,3 @@ async def authenticate(plaintext: str | None) -> Principal:
     if principal.expires_at is not None and principal.expires_at <= timezone.now():
         raise unauthorized(f"API key {principal.prefix} has expired.")
     return principal
-
-
-def forget_cached_keys() -> None:
-    """For tests and for a worker told to drop what it knows."""
-    _principals.clear()

@@ -43,7 +43,6 @@ class Application(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="applications")
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
-    routes = models.ManyToManyField("routing.Route", blank=True, related_name="applications")
     default_priority = models.CharField(
         max_length=16, choices=PriorityClass.choices, default=PriorityClass.INTERACTIVE
     )

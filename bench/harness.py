@@ -66,7 +66,7 @@ class Stack:
         """Start a simulator; its base URL (without /v1)."""
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "routing.simulator", "--port", str(port), *args],
+            [sys.executable, "-m", "simulator", "--port", str(port), *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
         )

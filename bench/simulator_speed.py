@@ -1,6 +1,6 @@
 """How fast is the upstream simulator? (It must never be the bottleneck of a gateway benchmark.)
 
-Starts ``python -m routing.simulator`` (zero latency) in a subprocess and drives it from several
+Starts ``python -m simulator`` (zero latency) in a subprocess and drives it from several
 client processes with keep-alive connections for a few seconds, non-streaming then streaming
 (16 chunks). The default client is a minimal raw HTTP/1.1 client, so that the measuring side
 costs less than the measured side; ``--client httpx`` uses httpx.AsyncClient instead.
@@ -204,7 +204,7 @@ def main() -> None:
 
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "routing.simulator", "--port", str(port),
+        [sys.executable, "-m", "simulator", "--port", str(port),
          "--model", f"{MODEL}:100000", "--output-tokens", str(OUTPUT_TOKENS)],
         cwd=ROOT,
     )  # fmt: skip

@@ -87,25 +87,21 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # Every key Sluice writes to Redis starts with this, so installations (or test runs) can
 # share one Redis without seeing each other's state.
 SLUICE_REDIS_PREFIX = os.environ.get("SLUICE_REDIS_PREFIX", "sluice")
+# Sluice's own caches live in each worker (core/refresh.py) and its shared state in Redis
+# through its own clients; Django's cache serves only django-ratelimit's counts. The default
+# alias Django requires stays in process: nothing uses it.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if REDIS_URL:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-        },
-        "ratelimit": {
-            "BACKEND": "quotas.ratelimit_cache.RateLimitRedisCache",
-            "LOCATION": REDIS_URL,
-        },
+    CACHES["ratelimit"] = {
+        "BACKEND": "quotas.ratelimit_cache.RateLimitRedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": SLUICE_REDIS_PREFIX,
     }
 else:
     # One process: django-ratelimit's counts are per worker (README, Quotas).
-    CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-        "ratelimit": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": "ratelimit",
-        },
+    CACHES["ratelimit"] = {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "ratelimit",
     }
 RATELIMIT_USE_CACHE = "ratelimit"
 

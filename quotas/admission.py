@@ -31,14 +31,14 @@ from redis.exceptions import RedisError
 
 from accounts.authentication import Principal
 from accounts.models import PriorityClass
+from core.background import spawn
+from core.errors import GatewayError, bad_request
+from core.leases import LeaseKeeper
+from core.outcomes import Outcome
 from quotas.counters import Check, LeaseLength, QuotaCounters, quota_counters
 from quotas.counters_redis import QuotaStoreDown, redis_down
 from quotas.limits import ScopeLimits, limits_for, period_starts
-from routing.background import spawn
 from routing.catalog import RouteSpec
-from routing.deployment_state import LeaseKeeper
-from routing.errors import GatewayError, bad_request
-from routing.models import Outcome
 from routing.payloads import ClientRequest, Endpoint
 
 CONCURRENCY_LEASE = LeaseLength(120.0)
@@ -362,8 +362,8 @@ def _check_requests(usages: list[tuple[ScopeLimits, dict | None]], ticket: Ticke
 @functools.cache
 def _counted_in_memory() -> bool:
     """Without Redis the count is a dictionary update under a lock, no I/O: done in line.
-    A thread hop, or even a task, waits a turn of the busy event loop (+24 ms at p50 with
-    64 calls in flight, measured)."""
+    A thread hop, or even a task, waits a turn of the busy event loop, which under load adds
+    tens of milliseconds (bench/overhead.py --only limits shows it)."""
     return isinstance(caches[settings.RATELIMIT_USE_CACHE], LocMemCache)
 
 

@@ -9,8 +9,8 @@ import redis.asyncio as redis
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from core.redis_client import redis_client
 from quotas.counters import Check, LocalQuotaCounters, Verdict
-from routing.redis_client import redis_client
 
 log = logging.getLogger("sluice.quotas")
 

@@ -11,9 +11,9 @@ from django.conf import settings
 from django.db.models import Q, Sum
 
 from accounts.authentication import Principal
+from core.db import db_read
+from core.refresh import LIMITS, RefreshingCache
 from quotas.models import Limit, Scope, UsageRollup
-from routing.db import db_read
-from routing.refresh import LIMITS, RefreshingCache
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The priority class a call runs in: the application's, or lower if the request asks."""
 
 from accounts.models import PriorityClass
-from routing.errors import bad_request
+from core.errors import bad_request
 
 _RANK = {PriorityClass.BATCH: 0, PriorityClass.INTERACTIVE: 1}
 

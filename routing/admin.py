@@ -1,5 +1,10 @@
+from django import forms
 from django.contrib import admin
+from django.contrib.admin.widgets import FilteredSelectMultiple
+from django.http import HttpRequest
 
+from accounts.admin import ApplicationAdmin
+from accounts.models import Application
 from routing.models import Attempt, CallRecord, Deployment, Route, RouteDeployment, Upstream
 
 
@@ -32,6 +37,40 @@ class ChainInline(admin.TabularInline):
 class RouteAdmin(admin.ModelAdmin):
     list_display = ("name",)
     inlines = (ChainInline,)
+    exclude = ("applications",)  # granted on the application's page
+
+
+class ApplicationForm(forms.ModelForm):
+    routes = forms.ModelMultipleChoiceField(
+        Route.objects.all(),
+        required=False,
+        widget=FilteredSelectMultiple("routes", is_stacked=False),
+    )
+
+    class Meta:
+        model = Application
+        fields = "__all__"
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if self.instance.pk:
+            self.fields["routes"].initial = self.instance.routes.all()
+
+
+# The application's page as before, with the routes it may call: the grant is a field of
+# Route (routing owns it), so the picker is added from this side.
+admin.site.unregister(Application)
+
+
+@admin.register(Application)
+class ApplicationWithRoutesAdmin(ApplicationAdmin):
+    form = ApplicationForm
+
+    def save_related(
+        self, request: HttpRequest, form: ApplicationForm, formsets: object, change: bool
+    ) -> None:
+        super().save_related(request, form, formsets, change)
+        form.instance.routes.set(form.cleaned_data["routes"])
 
 
 class AttemptInline(admin.TabularInline):

@@ -21,8 +21,10 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import DateTimeField, DecimalField, GenericIPAddressField, Model
 from django.db.models.constants import OnConflict
 
+from core.outcomes import Outcome
+from quotas.admission import Ticket
 from quotas.models import UsageRollup
-from routing.models import Attempt, CallRecord, Outcome
+from routing.models import Attempt, CallRecord
 
 log = logging.getLogger("sluice.audit")
 
@@ -78,7 +80,7 @@ class CallLog:
     retries: int = 0
     fell_back: bool = False
     attempts: list[AttemptLog] = field(default_factory=list)
-    quota: Any = None  # the quota reservation to settle (quotas.admission.Ticket), not stored
+    quota: Ticket | None = None  # the quota reservation to settle, not stored
     team_id: int | None = None  # for the usage rollups
 
     @property
@@ -343,9 +345,6 @@ class AuditWriter:
             if await self._flush_once() and not self._pending:
                 return
             await asyncio.sleep(0.2)
-
-    def pending(self) -> int:
-        return len(self._pending)
 
 
 audit_writer = AuditWriter()

@@ -7,10 +7,10 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from routing.db import db_read
+from core.db import db_read
+from core.refresh import CATALOG, RefreshingCache
 from routing.deployment_state import Limits
 from routing.models import Route
-from routing.refresh import CATALOG, RefreshingCache
 
 
 @dataclass(frozen=True)

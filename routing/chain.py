@@ -33,21 +33,21 @@ from datetime import UTC, datetime
 from django.conf import settings
 
 from accounts.models import Fallback
+from core.background import spawn
+from core.db import db_read
+from core.errors import GatewayError, capacity_exhausted, json_object, openai_error
+from core.leases import LeaseKeeper
+from core.outcomes import Outcome
 from routing.audit import AttemptLog, CallLog
-from routing.background import spawn
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
-from routing.db import db_read
 from routing.deployment_state import (
     Admission,
     DeploymentState,
-    LeaseKeeper,
     Refusal,
     Result,
     deployment_state,
 )
-from routing.errors import GatewayError, capacity_exhausted, json_object, openai_error
-from routing.models import Outcome
 from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
 from routing.relay import OpenStream, usage_tokens

@@ -21,10 +21,10 @@ from django.db import models, transaction
 
 from accounts.models import ApiKey, Application, Fallback, Member, PriorityClass, Team
 from accounts.services import member_ensure
+from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 from quotas.models import Limit, Scope
 from quotas.services import LIMIT_FIELDS, limit_target
 from routing.models import Deployment, Route, RouteDeployment, Upstream
-from routing.refresh import CATALOG, KEYS, LIMITS, invalidate
 
 
 class ConfigError(Exception):

@@ -19,6 +19,7 @@ from typing import Any
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from core.redis_client import redis_client
 from routing.deployment_state import (
     BUDGET_BUCKET,
     BUDGET_BUCKETS,
@@ -33,7 +34,6 @@ from routing.deployment_state import (
     Snapshot,
 )
 from routing.grant_listener import grant_listener
-from routing.redis_client import redis_client
 from routing.slot_policy import ANYONE, DEFAULT_HOLD, Claim, queue_retry_after
 
 log = logging.getLogger("sluice.state")

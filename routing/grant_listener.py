@@ -5,7 +5,7 @@ A grant (made by whichever worker freed the slot) is published on one channel; e
 subscribes once and resolves the future of its own waiter. Waiters never poll: one sweep a
 second per deployment with waiters here re-runs the dispatch (slots of a dead worker whose
 leases ran out) and catches a grant whose message was lost. The same connection listens
-for invalidations (routing/refresh.py: a key revoked, a deployment drained, a limit or the
+for invalidations (core/refresh.py: a key revoked, a deployment drained, a limit or the
 config changed) and drops those cached values in this worker at once; every worker starts
 listening with its first request.
 """
@@ -13,27 +13,38 @@ listening with its first request.
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Protocol
 
+import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from routing.deployment_state import granted_within
-from routing.refresh import CATALOG, KEYS, LIMITS, drop_local, invalidation_channel
+from core.refresh import CATALOG, KEYS, LIMITS, drop_local, invalidation_channel
+from routing.deployment_state import Limits, granted_within
 
 log = logging.getLogger("sluice.state")
 
 SWEEP_SECONDS = 1.0
 
 
+class GrantSource(Protocol):
+    """What the listener needs of the Redis deployment state (which imports this module)."""
+
+    channel: str
+
+    def _client(self) -> redis.Redis: ...
+
+    async def sweep(self, name: str, limits: Limits, slots: list[str]) -> list[str]: ...
+
+
 class GrantListener:
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: GrantSource) -> None:
         self.state = state  # RedisDeploymentState
         self._futures: dict[str, asyncio.Future[None]] = {}
-        self._waiting: dict[str, tuple[str, Any]] = {}  # slot -> deployment name, limits
+        self._waiting: dict[str, tuple[str, Limits]] = {}  # slot -> deployment name, limits
         self._subscribed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def expect(self, name: str, limits: Any, slot: str) -> None:
+    async def expect(self, name: str, limits: Limits, slot: str) -> None:
         """Register a waiter before it joins the queue."""
         self._futures[slot] = asyncio.get_running_loop().create_future()
         self._waiting[slot] = (name, limits)
@@ -95,7 +106,7 @@ class GrantListener:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
-            by_deployment: dict[str, tuple[Any, list[str]]] = {}
+            by_deployment: dict[str, tuple[Limits, list[str]]] = {}
             for slot, (name, limits) in list(self._waiting.items()):
                 by_deployment.setdefault(name, (limits, []))[1].append(slot)
             for name, (limits, slots) in by_deployment.items():
@@ -108,7 +119,7 @@ class GrantListener:
 _listeners: dict[tuple[int, asyncio.AbstractEventLoop], GrantListener] = {}
 
 
-def grant_listener(state: Any) -> GrantListener:
+def grant_listener(state: GrantSource) -> GrantListener:
     """The listener of this state backend on the running loop."""
     key = (id(state), asyncio.get_running_loop())
     listener = _listeners.get(key)

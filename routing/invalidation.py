@@ -1,4 +1,4 @@
-"""Which changes drop which cached values (routing/refresh.py): a saved or deleted key,
+"""Which changes drop which cached values (core/refresh.py): a saved or deleted key,
 member, team or application drops the keys; a limit, the limits; an upstream, deployment
 (a drain too), route or chain, the catalog. Connected once, in RoutingConfig.ready, so the
 admin, the console, the management commands and the config file all tell the workers."""
@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from routing.refresh import CATALOG, KEYS, LIMITS, invalidate
+from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 
 
 def _dropping(*names: str) -> Any:
@@ -47,4 +47,4 @@ def connect() -> None:
         post_delete.connect(receiver, sender=model, dispatch_uid=f"sluice-gone-{model.__name__}")
     routes = _dropping(KEYS)
     _receivers.append(routes)
-    m2m_changed.connect(routes, sender=Application.routes.through, dispatch_uid="sluice-routes")
+    m2m_changed.connect(routes, sender=Route.applications.through, dispatch_uid="sluice-routes")

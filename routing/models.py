@@ -3,6 +3,8 @@
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from core.outcomes import Outcome
+
 
 class Upstream(models.Model):
     """An OpenAI-compatible API. Its key is read from the environment, never stored."""
@@ -77,6 +79,14 @@ class Route(models.Model):
     deployments = models.ManyToManyField(
         Deployment, through="RouteDeployment", related_name="routes"
     )
+    # Which applications may call this route (`application.routes` from the other side). The
+    # table keeps the name it had when accounts owned the grant, so no row moved.
+    applications = models.ManyToManyField(
+        "accounts.Application",
+        blank=True,
+        related_name="routes",
+        db_table="accounts_application_routes",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -93,22 +103,6 @@ class RouteDeployment(models.Model):
             models.UniqueConstraint(fields=["route", "position"], name="route_position_unique"),
             models.UniqueConstraint(fields=["route", "deployment"], name="route_deployment_unique"),
         ]
-
-
-class Outcome(models.TextChoices):
-    SUCCESS = "success"
-    INVALID_REQUEST = "invalid_request"  # refused by Sluice before any upstream call
-    UNAUTHORIZED = "unauthorized"
-    FORBIDDEN = "forbidden"
-    CAPACITY_EXHAUSTED = "capacity_exhausted"
-    UPSTREAM_CLIENT_ERROR = "upstream_client_error"  # the upstream refused the request as bad
-    UPSTREAM_ERROR = "upstream_error"
-    UPSTREAM_TIMEOUT = "upstream_timeout"
-    CLIENT_CANCELLED = "client_cancelled"
-    RATE_LIMITED = "rate_limited"  # refused by Sluice's own limits, before any upstream
-    BUDGET_EXCEEDED = "budget_exceeded"
-    CONCURRENCY_LIMITED = "concurrency_limited"
-    INTERNAL_ERROR = "internal_error"
 
 
 class CallRecord(models.Model):

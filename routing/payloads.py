@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from routing.errors import bad_request
+from core.errors import bad_request
 
 
 class Endpoint(StrEnum):

@@ -4,8 +4,8 @@ import random
 import time
 
 from accounts.models import Fallback
+from core.errors import bad_request
 from routing.catalog import DeploymentSpec, RetryPolicy, RouteSpec
-from routing.errors import bad_request
 
 
 def fallback_for(*, application_default: str, requested: str | None) -> Fallback:

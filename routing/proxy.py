@@ -14,15 +14,15 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from accounts.authentication import Principal, authenticate, presented_key
+from core.errors import GatewayError, error_message
+from core.outcomes import Outcome
 from quotas.admission import admit, enforce_ceilings
 from quotas.priority import priority_for
 from routing.audit import CallLog, new_request_id
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
-from routing.errors import GatewayError, error_message
 from routing.grant_listener import listen_for_changes
-from routing.models import Outcome
 from routing.payloads import Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
 from routing.relay import OpenStream, StreamRelay, settle_usage

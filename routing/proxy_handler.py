@@ -22,7 +22,7 @@ from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import Resolver404, ResolverMatch, get_resolver
 
-from routing.errors import GatewayError
+from core.errors import GatewayError
 
 log = logging.getLogger("sluice.proxy")
 

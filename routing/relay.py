@@ -9,14 +9,14 @@ from typing import Any
 
 import aiohttp
 
+from core.background import spawn
+from core.errors import error_body
+from core.outcomes import Outcome
 from routing.audit import AttemptLog, CallLog
-from routing.background import spawn
 from routing.catalog import DeploymentSpec
 from routing.classify import mentions_capacity
 from routing.completion import complete
 from routing.deployment_state import Result
-from routing.errors import error_body
-from routing.models import Outcome
 from routing.payloads import ClientRequest
 from routing.slot_policy import service
 from routing.stream_tap import StreamTap

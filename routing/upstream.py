@@ -1,8 +1,8 @@
 """Calls to upstream APIs: one pooled aiohttp session per process (and event loop).
 
-aiohttp rather than httpx, measured (bench notes in README): against the simulator on this
-machine httpx.AsyncClient cost 1.4 ms of CPU per request at concurrency 1 and 5.9 ms at 64
-(its pool scans every connection on each request); aiohttp cost 0.33 ms at both.
+aiohttp rather than httpx: httpx.AsyncClient's pool scans every connection on each request,
+so its CPU per request grows with concurrency; aiohttp's stays flat and several times lower
+(measure with bench/overhead.py against the simulator).
 """
 
 import asyncio

@@ -8,8 +8,8 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from accounts.authentication import authenticate, presented_key
+from core.errors import GatewayError
 from routing.catalog import catalog
-from routing.errors import GatewayError
 from routing.payloads import Endpoint
 from routing.proxy import handle
 

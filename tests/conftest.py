@@ -82,7 +82,7 @@ def _simulator(*args: str) -> Iterator[SimulatorHandle]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _start(
-        [sys.executable, "-m", "routing.simulator", "--port", str(port), *args],
+        [sys.executable, "-m", "simulator", "--port", str(port), *args],
         url=f"{url}/stats",
     )
     yield SimulatorHandle(url)

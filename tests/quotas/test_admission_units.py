@@ -10,6 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from accounts.authentication import Principal
+from core.errors import GatewayError
+from core.outcomes import Outcome
 from quotas.admission import (
     _counters,
     _duration,
@@ -19,8 +21,6 @@ from quotas.admission import (
     estimated_tokens,
 )
 from quotas.limits import ScopeLimits, period_starts
-from routing.errors import GatewayError
-from routing.models import Outcome
 from routing.payloads import ClientRequest, Endpoint, parse_request
 
 

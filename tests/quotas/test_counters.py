@@ -356,7 +356,7 @@ def test_redis_backend_serves_two_live_event_loops(key):
         assert second.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [2]
         assert first.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [3]
     finally:
-        from routing.redis_client import _clients
+        from core.redis_client import _clients
 
         for loop in (first, second):
             client = _clients.pop((url, loop), None)

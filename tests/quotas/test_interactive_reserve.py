@@ -7,10 +7,10 @@ import random
 import pytest
 from django.test import RequestFactory
 
+from core.errors import GatewayError
 from quotas.admission import Ticket, _check_requests, _counters, _refusal, _rpm_usage, batch_share
 from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
-from routing.errors import GatewayError
 
 T0 = 1_800_000_000.0
 

@@ -87,3 +87,20 @@ def test_get_usage_counts_every_request_across_cache_objects() -> None:
     ]
     assert [c["count"] for c in counts] == [1, 2, 3, 4, 5, 6, 7]
     assert [c["should_limit"] for c in counts] == [False] * 5 + [True] * 2
+
+
+def test_requests_per_minute_keys_carry_the_redis_prefix() -> None:
+    """Every key Sluice writes to Redis starts with SLUICE_REDIS_PREFIX, the window counters
+    of requests per minute too, so installations sharing a Redis count apart."""
+    import redis
+    from django.conf import settings
+    from django.test import RequestFactory
+    from django_ratelimit.core import get_usage
+
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    pattern = f"{settings.SLUICE_REDIS_PREFIX}:*"
+    before = set(client.scan_iter(match=pattern))
+    request, group = RequestFactory().post("/v1/x"), f"g-{uuid.uuid4().hex}"
+    usage = get_usage(request, group=group, key=lambda g, r: "k", rate="5/m", increment=True)
+    assert usage["count"] == 1
+    assert len(set(client.scan_iter(match=pattern)) - before) == 1

@@ -9,10 +9,10 @@ import pytest
 from django.test import RequestFactory
 from django_ratelimit.core import _get_window
 
+from core.errors import GatewayError
 from quotas.admission import Ticket, _check_requests, _rpm_usage
 from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
-from routing.errors import GatewayError
 
 
 def _scope_ending_in(seconds: int) -> ScopeLimits:

@@ -67,3 +67,35 @@ def test_admin_revoke_action_revokes_the_key(admin_client):
     )
     assert response.status_code == 302
     assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+
+
+@pytest.mark.django_db
+def test_application_page_grants_routes(admin_client):
+    from accounts.models import Application
+    from routing.models import Route
+
+    app = Application.objects.get(slug="demo")
+    page = admin_client.get(f"/admin/accounts/application/{app.pk}/change/")
+    assert page.status_code == 200
+    granted = set(app.routes.values_list("pk", flat=True))
+    assert granted
+    for route in Route.objects.all():
+        selected = f'<option value="{route.pk}" selected>' in page.content.decode()
+        assert selected == (route.pk in granted), route.name
+
+    keep = Route.objects.order_by("name").first()
+    response = admin_client.post(
+        f"/admin/accounts/application/{app.pk}/change/",
+        {
+            "team": app.team_id,
+            "slug": app.slug,
+            "name": app.name,
+            "default_priority": app.default_priority,
+            "fallback": app.fallback,
+            "default_max_tokens": app.default_max_tokens,
+            "clamp_max_tokens": "on",
+            "routes": [keep.pk],
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert list(app.routes.values_list("pk", flat=True)) == [keep.pk]

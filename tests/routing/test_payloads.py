@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from routing.errors import GatewayError, bad_request, capacity_exhausted, unauthorized
+from core.errors import GatewayError, bad_request, capacity_exhausted, unauthorized
 from routing.payloads import ClientRequest, Endpoint, parse_request, upstream_body
 
 CHAT = Endpoint.CHAT

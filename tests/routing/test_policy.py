@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounts.models import Fallback
+from core.errors import GatewayError
 from routing.catalog import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
 from routing.deployment_state import Limits
-from routing.errors import GatewayError
 from routing.policy import backoff, deadline_for, eligible_chain, fallback_for, retry_wait
 
 POLICY = RetryPolicy(

@@ -3,7 +3,7 @@ its time to live runs out, and a value older than that is never served."""
 
 import asyncio
 
-from routing.refresh import RefreshingCache, drop_local
+from core.refresh import RefreshingCache, drop_local
 
 TTL = 0.2
 

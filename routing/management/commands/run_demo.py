@@ -53,7 +53,7 @@ class Command(BaseCommand):
                 [
                     python,
                     "-m",
-                    "routing.simulator",
+                    "simulator",
                     "--port",
                     str(SIMULATOR_PORT),
                     "--model",
@@ -66,7 +66,8 @@ class Command(BaseCommand):
                     "300",
                     "--token-latency-ms",
                     "30",
-                ]
+                ],
+                cwd=settings.BASE_DIR,  # `simulator` is a package of the checkout, not installed
             ),
             subprocess.Popen(
                 [
@@ -82,7 +83,8 @@ class Command(BaseCommand):
                     # Idle connections outlive the Retry-After we send (see README).
                     "--timeout-keep-alive",
                     "75",
-                ]
+                ],
+                cwd=settings.BASE_DIR,
             ),
         ]
         try:

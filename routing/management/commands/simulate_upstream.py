@@ -1,7 +1,7 @@
 """``manage.py simulate_upstream``: run the OpenAI-compatible upstream simulator.
 
-Only parses arguments; everything else lives in :mod:`routing.simulator`, which the benchmarks
-also run without Django (``python -m routing.simulator``, same flags).
+Only parses arguments; everything else lives in :mod:`simulator`, which the benchmarks
+also run without Django (``python -m simulator``, same flags).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing import simulator
+import simulator
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from django.http import HttpResponse
 
-from routing.models import Outcome
+from core.outcomes import Outcome
 
 
 @dataclass

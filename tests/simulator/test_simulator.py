@@ -23,7 +23,7 @@ import aiohttp
 import httpx
 import pytest
 
-from routing.simulator import (
+from simulator import (
     CAPACITY_MESSAGE,
     FAULT_KINDS,
     FaultSpec,
@@ -66,7 +66,7 @@ class Server:
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "routing.simulator", "--port", str(port), *args],
+            [sys.executable, "-m", "simulator", "--port", str(port), *args],
             cwd=ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,188 @@
+"""The command line: flags shared by `python -m simulator` and `manage.py simulate_upstream`,
+the start-up line, and uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+
+from simulator.app import Simulator
+from simulator.config import (
+    DEFAULT_HOST,
+    DEFAULT_MODELS,
+    DEFAULT_PORT,
+    FAULT_KINDS,
+    FaultSpec,
+    ScheduledFault,
+    SimulatorConfig,
+    checked_number,
+    parse_fault,
+    parse_model_spec,
+    parse_schedule,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """CLI flags, shared by ``python -m simulator`` and ``manage.py simulate_upstream``.
+
+    Values are parsed as strings and validated by :func:`config_from_args`, so both entry points
+    report bad input the same way (ValueError -> parser error / CommandError).
+    """
+    parser.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
+    parser.add_argument("--port", default=str(DEFAULT_PORT), help="bind port (default %(default)s)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="NAME:CAPACITY",
+        help="a served model and its max requests in flight (0 = always full); repeatable; "
+        "default: " + " ".join(f"{n}:{c}" for n, c in DEFAULT_MODELS.items()),
+    )
+    parser.add_argument("--latency-ms", default="0", help="delay before answering / first chunk")
+    parser.add_argument(
+        "--latency-spread",
+        default="0",
+        metavar="F",
+        help="each answer's latency drawn uniformly within F (0..1) of --latency-ms either side",
+    )
+    parser.add_argument("--token-latency-ms", default="0", help="delay between streamed chunks")
+    parser.add_argument("--output-tokens", default="16", help="completion tokens per answer")
+    parser.add_argument(
+        "--rate-limit-probability",
+        default="0",
+        metavar="P",
+        help="probability (0..1) of answering an admitted request with 429",
+    )
+    parser.add_argument(
+        "--retry-after",
+        default=None,
+        metavar="S",
+        help="Retry-After seconds sent with 429 (omitted if not given)",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        dest="faults",
+        metavar="MODEL:KIND=P[:S]",
+        help="inject a fault into MODEL's answers with probability P (0..1); repeatable; "
+        f"KIND: {', '.join(FAULT_KINDS)}; S (rate_limit only): retry-after seconds "
+        "(default --retry-after, else 1), e.g. big:server_error=1 big:rate_limit=0.5:3",
+    )
+    parser.add_argument(
+        "--schedule",
+        default="",
+        metavar="T:MODEL=CAP|T:MODEL!KIND=P,...",
+        help="changes at T seconds after start: capacities and fault probabilities, "
+        'e.g. "30:big=0,90:big=4,10:big!server_error=1,40:big!server_error=0"',
+    )
+    parser.add_argument(
+        "--seed", default=None, help="seed for the rate-limit, fault and latency draws"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
+    """Build a config from parsed flags; raises ValueError with a flag-named message."""
+    specs = args.models or [f"{n}:{c}" for n, c in DEFAULT_MODELS.items()]
+    models: dict[str, int] = {}
+    for spec in specs:
+        name, cap = parse_model_spec(str(spec))
+        if name in models:
+            raise ValueError(f"--model {name!r} given more than once")
+        models[name] = cap
+    retry_after = args.retry_after
+    seed = args.seed
+    schedule = parse_schedule(str(args.schedule or ""))
+    known = set(models) | {e[1] for e in schedule if not isinstance(e, ScheduledFault)}
+    faults: list[FaultSpec] = []
+    seen: set[tuple[str, str]] = set()
+    for spec in getattr(args, "faults", None) or []:
+        fault = parse_fault(str(spec))
+        if (fault.model, fault.kind) in seen:
+            raise ValueError(f"--fault {fault.model}:{fault.kind} given more than once")
+        seen.add((fault.model, fault.kind))
+        faults.append(fault)
+    for name in [f.model for f in faults] + [e[1] for e in schedule]:
+        if name not in known:
+            raise ValueError(f"fault for model {name!r}, which is not served (--model {name}:N)")
+    return SimulatorConfig(
+        models=models,
+        latency_ms=checked_number(args.latency_ms, "--latency-ms", float, 0),
+        latency_spread=checked_number(args.latency_spread, "--latency-spread", float, 0, 1),
+        token_latency_ms=checked_number(args.token_latency_ms, "--token-latency-ms", float, 0),
+        output_tokens=checked_number(args.output_tokens, "--output-tokens", int, 0, 1_000_000),
+        rate_limit_probability=checked_number(
+            args.rate_limit_probability, "--rate-limit-probability", float, 0, 1
+        ),
+        retry_after=None
+        if retry_after is None
+        else checked_number(retry_after, "--retry-after", int, 0),
+        schedule=schedule,
+        seed=None if seed is None else checked_number(seed, "--seed", int),
+        faults=faults,
+    )
+
+
+def bind_from_args(args: argparse.Namespace) -> tuple[str, int]:
+    host = str(args.host).strip()
+    if not host:
+        raise ValueError("--host must not be empty")
+    return host, checked_number(args.port, "--port", int, 1, 65535)
+
+
+def describe(config: SimulatorConfig, host: str, port: int) -> str:
+    """The one line printed at start-up."""
+    models = ", ".join(f"{n} (capacity {c})" for n, c in config.models.items()) or "no models"
+    extras = [
+        f"latency {config.latency_ms:g} ms"
+        + (f" ± {config.latency_spread:.0%}" if config.latency_spread else ""),
+        f"token latency {config.token_latency_ms:g} ms",
+        f"{config.output_tokens} output tokens",
+    ]
+    if config.rate_limit_probability:
+        extras.append(f"429 probability {config.rate_limit_probability:g}")
+    if config.faults:
+        extras.append(
+            "faults " + " ".join(f"{f.model}:{f.kind}={f.probability:g}" for f in config.faults)
+        )
+    if config.schedule:
+        extras.append(f"{len(config.schedule)} scheduled change(s)")
+    return f"Upstream simulator serving {models} on http://{host}:{port}/v1 ({', '.join(extras)})"
+
+
+def serve(config: SimulatorConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    # Imported here so the module (and its tests' in-process use) doesn't need the server stack.
+    import uvicorn
+
+    uvicorn.run(
+        Simulator(config),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        proxy_headers=False,  # nothing sits in front of the simulator: skip the middleware
+        server_header=False,
+        # A `hang` fault never ends by itself: don't let one block Ctrl-C / SIGTERM for ever.
+        timeout_graceful_shutdown=2,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator",
+        description="OpenAI-compatible upstream simulator (plain ASGI, served by uvicorn).",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+        host, port = bind_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(describe(config, host, port), flush=True)
+    serve(config, host, port)
+
+
+if __name__ == "__main__":
+    main()
