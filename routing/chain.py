@@ -141,6 +141,7 @@ class ChainWalk:
     skips: Counter[str] = field(default_factory=Counter)
     tried: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
     congested: set[str] = field(default_factory=set)  # last attempt there met own congestion
+    counted: set[str] = field(default_factory=set)  # a failure there counted to its breaker
     absorbed: int = 0  # attempts that met own congestion: not counted to max_attempts
     context_refusal: Answer | None = None
 
@@ -229,7 +230,7 @@ class ChainWalk:
             return refusal
         keeper = lease_keeper()
         keeper.hold(deployment.name, deployment.limits, slot)
-        repeat = deployment.name in self.tried  # the breaker counts a call once
+        repeat = deployment.name in self.counted  # the breaker counts a call once
 
         async def release(result: Result, service: float | None) -> bool:
             keeper.drop(deployment.name, slot)
@@ -255,7 +256,10 @@ class ChainWalk:
         if isinstance(outcome, OpenStream):
             outcome.release = release  # held until the stream ends
         elif isinstance(outcome, Failure):
-            congested = await release(_result_for(outcome.error_class), 0.0)
+            result = _result_for(outcome.error_class)
+            congested = await release(result, 0.0)
+            if not congested and result is not Result.NEUTRAL:
+                self.counted.add(deployment.name)
             # Only "at capacity" queues again; an upstream rate limit keeps its own rules.
             outcome.congested = congested and outcome.error_class is ErrorClass.CAPACITY
             if outcome.congested:
