@@ -9,9 +9,10 @@ Interactive reserve: a batch call passes a scope's requests per minute, tokens p
 and concurrency only while the scope's use (every class) stays within its batch share,
 the limit less `SLUICE_QUOTA_INTERACTIVE_RESERVE` (20 %, rounded up; batch keeps at least
 one), so a member's or an application's batch never takes the last of it. A batch call
-refused there is not counted against requests per minute. A call waiting in a deployment's
-queue keeps its concurrency lease (it is in flight in Sluice, and may be sent any moment);
-the reserve is what keeps an interactive call from being refused by its own batch.
+refused there is not counted against requests per minute. A batch call waiting in a deployment's
+queue keeps its concurrency lease (batch's own count includes it), but an interactive
+call's count leaves it out (`park`): an interactive call is never refused by its own
+member's queued batch, and what is sent upstream stays within the limit.
 """
 
 import asyncio
@@ -215,6 +216,13 @@ async def settle(ticket: Ticket, *, tokens: int, cost: float) -> None:
     await ticket.counters.settle(deltas, ticket.lease_keys, ticket.slot)
 
 
+async def park(ticket: Ticket | None, *, parked: bool) -> None:
+    """A batch call starts (or stops) waiting in a deployment's queue: while it waits, its
+    concurrency leases do not count against interactive calls of the same scopes."""
+    if ticket is not None and ticket.lease_keys:
+        await ticket.counters.park(ticket.lease_keys, ticket.slot, parked=parked)
+
+
 def settle_later(ticket: Ticket, *, tokens: int, cost: float) -> None:
     spawn(settle(ticket, tokens=tokens, cost=cost))
 
@@ -249,7 +257,10 @@ def _counters(
             key: str = base,
             s: ScopeLimits = s,
         ) -> None:
-            check = Check(f"{_prefix()}:q:{key}:{kind}", limit, amount, ttl, lease, seed)
+            name = f"{_prefix()}:q:{key}:{kind}"
+            # An interactive call is not refused for its own batch calls queued at a
+            # deployment: their leases are left out of its count (not of batch's).
+            check = Check(name, limit, amount, ttl, lease, seed, skip_parked=lease and not batch)
             planned.append(_Counter(s, kind, check, resets_at))
 
         if s.max_concurrency:

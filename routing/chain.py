@@ -38,6 +38,7 @@ from core.db import db_read
 from core.errors import GatewayError, capacity_exhausted, json_object, openai_error
 from core.leases import LeaseKeeper
 from core.outcomes import Outcome
+from quotas.admission import park
 from routing.audit import AttemptLog, CallLog
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
@@ -52,7 +53,7 @@ from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
 from routing.relay import OpenStream, usage_tokens
 from routing.services import deployment_mark_misconfigured
-from routing.slot_policy import Claim, service
+from routing.slot_policy import BATCH, Claim, service
 from routing.upstream import UpstreamError, open_response, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
@@ -279,6 +280,9 @@ class ChainWalk:
         if self.call.queue_position is None:
             self.call.queue_position = admission.position
         name, limits = deployment.name, deployment.limits
+        parks = self.claim.priority == BATCH
+        if parks:
+            await park(self.call.quota, parked=True)
         try:
             if await state.wait(name, slot, min(self.claim.wait, self._remaining())):
                 return True
@@ -290,6 +294,8 @@ class ChainWalk:
             spawn(_abandon(state, deployment, slot))
             raise
         finally:
+            if parks:
+                spawn(park(self.call.quota, parked=False))
             self.call.queue_ms = (self.call.queue_ms or 0.0) + (time.monotonic() - started) * 1000
 
     async def _send(

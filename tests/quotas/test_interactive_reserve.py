@@ -2,7 +2,9 @@
 use the limit less SLUICE_QUOTA_INTERACTIVE_RESERVE (20 %) of requests per minute, tokens
 per minute and concurrency, and a batch call refused there spends nothing."""
 
+import os
 import random
+import time
 
 import pytest
 from django.test import RequestFactory
@@ -13,6 +15,22 @@ from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
 
 T0 = 1_800_000_000.0
+
+
+@pytest.fixture(params=["local", "redis"])
+async def counters(request):
+    """In process, and on Redis when REDIS_URL is set."""
+    if request.param == "local":
+        yield LocalQuotaCounters()
+        return
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from core.redis_client import redis_client
+    from quotas.counters_redis import RedisQuotaCounters
+
+    yield RedisQuotaCounters(url)
+    await redis_client(url).aclose()
 
 
 def scope(**limits) -> ScopeLimits:
@@ -81,3 +99,36 @@ async def test_batch_is_held_to_its_share_of_concurrency_and_tokens_per_minute()
     batch_check = _counters((t,), "UTC", 4_000, 0.0, T0, batch=True)[0].check
     assert batch_check.limit == 8_000
     assert _counters((t,), "UTC", 4_000, 0.0, T0)[0].check.limit == 10_000
+
+
+async def test_an_interactive_call_is_not_refused_for_its_members_queued_batch(counters):
+    """Batch calls waiting in a deployment's queue keep their leases (batch's own count has
+    them) but an interactive call's count leaves them out: its own member's queued batch
+    never refuses it."""
+    from quotas.admission import Ticket, park
+
+    s = scope(max_concurrency=4)
+
+    async def reserve(slot: str, batch: bool):
+        now = time.time()  # a parked lease's expiry is the clock's
+        planned = _counters((s,), "UTC", 100, 0.0, now, batch=batch)
+        verdict = await counters.reserve([p.check for p in planned], slot, now=now)
+        return verdict.failed is None, [p.check.key for p in planned]
+
+    held = []
+    for i in range(3):  # batch's share of 4
+        admitted, keys = await reserve(f"b{i}", batch=True)
+        assert admitted
+        held.append(Ticket(counters, f"b{i}", lease_keys=keys))
+    assert not (await reserve("b3", batch=True))[0]
+    assert (await reserve("i0", batch=False))[0]  # the reserve
+    assert not (await reserve("i1", batch=False))[0]  # 4 in flight: full
+    for ticket in held[:2]:  # two batch calls wait in a deployment's queue
+        await park(ticket, parked=True)
+    assert (await reserve("i1", batch=False))[0]
+    assert (await reserve("i2", batch=False))[0]
+    assert not (await reserve("i3", batch=False))[0]  # 2 sent + 2 interactive: the limit
+    assert not (await reserve("b4", batch=True))[0]  # batch still counts its queued ones
+    await park(held[0], parked=False)  # granted: counts for everyone again
+    await counters.release(held[1].lease_keys, held[1].slot)  # gave up waiting
+    assert not (await reserve("i3", batch=False))[0]
