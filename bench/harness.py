@@ -105,9 +105,13 @@ class Stack:
         workers: int = 1,
         env: dict[str, str] | None = None,
         http: str = "config.http_protocol:SluiceHttpProtocol",
+        source: Path = ROOT,
     ) -> tuple[str, list[int]]:
         """Start Sluice under uvicorn (as README's production line; `http` names uvicorn's
-        protocol); its base URL and process ids."""
+        protocol; from `source`: another checkout for a baseline); its base URL and process
+        ids."""
+        if not (source / "config" / "http_protocol.py").exists():
+            http = "httptools"  # a baseline from before Sluice had its own protocol
         port = free_port()
         proc = subprocess.Popen(
             [
@@ -127,7 +131,7 @@ class Stack:
                 "--log-level",
                 "warning",
             ],
-            cwd=ROOT,
+            cwd=source,
             env=self.env | (env or {}),
         )
         self.procs.append(proc)
@@ -135,6 +139,16 @@ class Stack:
         wait_ready(f"{url}/healthz", proc)
         time.sleep(0.5)  # workers finish starting
         return url, process_tree(proc)
+
+    def checkout(self, ref: str) -> Path:
+        """The project's files at a git ref (say `main`), in the stack's scratch folder."""
+        target = self.tmp / f"src-{ref.replace('/', '-')}"
+        target.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+        return target
 
     def stop_last(self) -> None:
         proc = self.procs.pop()

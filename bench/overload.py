@@ -20,15 +20,31 @@ calls arrived, from one call length after the start, against what the deployment
 serve). Then the quiet members' waits with the noisy member present and absent.
 "Admission off" is the same gateway with SLUICE_PRIORITY_ADMISSION=0: first come, first
 served, a full deployment answered at once with 503 and Retry-After.
+
+    .venv/bin/python bench/overload.py --case smaller [--baseline main] [--configured 64]
+                                       [--real 4] [--member-concurrency 16 --member-rpm 600]
+
+"Provider smaller than configured" (issue 9): the deployment is configured for
+`configured` calls at a time (the demo's `small`: 64, default breaker 3 errors / 300 s),
+the provider really takes `real` calls of 300 ms. 40 batch clients call in a loop
+(honouring Retry-After, at most 10 s), an interactive call arrives every 0.5 s, for 11 s.
+Run twice, side by side: the gateway from git ref `baseline` (main's code, exported with
+git archive) and this checkout. Printed: interactive served and queue wait, batch served
+per second against what the provider serves, refusals, the longest Retry-After, the
+provider's capacity errors, and whether a call 1 s after the burst is served (a 5-minute
+blackout is not). With `--configured 4 --member-concurrency 16 --member-rpm 600` it is
+the issue's second scenario: the member's own limits, spent by their batch.
 """
 
 import argparse
 import asyncio
+import contextlib
 import random
 import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,6 +236,184 @@ def quiet_waits(run: Run, priority: str) -> list[float]:
     return [statistics.mean(waits), pct(waits, 50), statistics.mean(latencies), pct(latencies, 50)]
 
 
+SMALLER_CONFIG = """
+[[upstreams]]
+name = "sim"
+base_url = "{simulator}/v1"
+[[deployments]]
+name = "configured"
+upstream = "sim"
+model = "real"
+max_concurrency = {configured}
+[[routes]]
+name = "smaller"
+chain = ["configured"]
+[[teams]]
+slug = "bench"
+[[applications]]
+slug = "bench"
+team = "bench"
+routes = ["smaller"]
+[[members]]
+email = "user@example.com"
+team = "bench"
+"""
+SMALLER_BATCH_CLIENTS = 40
+SMALLER_CALL_MS = 300
+
+
+@dataclass
+class BurstRun:
+    label: str
+    seconds: float = 0.0
+    interactive: list[tuple[int, float]] = field(default_factory=list)  # status, queue ms
+    batch_served: int = 0
+    batch_refusals: dict[int, int] = field(default_factory=dict)
+    longest_retry_after: float = 0.0
+    provider_served: int = 0
+    provider_capacity_errors: int = 0
+    after: int = 0  # status of a call made a second after the burst
+
+
+async def burst(url: str, key: str, seconds: float, run: BurstRun) -> None:
+    body = {"model": "smaller", "messages": [{"role": "user", "content": "Burst."}]}
+    stop = asyncio.Event()
+
+    async def call(session: aiohttp.ClientSession, priority: str) -> tuple[int, float, str]:
+        headers = {"Authorization": f"Bearer {key}", "X-Sluice-Priority": priority}
+        async with session.post(url, json=body, headers=headers) as response:
+            await response.read()
+            queue_ms = float(response.headers.get("X-Sluice-Queue-Ms", 0))
+            return response.status, queue_ms, response.headers.get("Retry-After", "")
+
+    async def batch_client(session: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            try:
+                status, _, retry_after = await call(session, "batch")
+            except aiohttp.ClientError:
+                status, retry_after = 0, "1"
+            if stop.is_set():
+                return
+            if status == 200:
+                run.batch_served += 1
+                continue
+            run.batch_refusals[status] = run.batch_refusals.get(status, 0) + 1
+            wait = float(retry_after or 1)
+            run.longest_retry_after = max(run.longest_retry_after, wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), min(wait, 10))
+
+    async def interactive(session: aiohttp.ClientSession, at: float) -> None:
+        await asyncio.sleep(at)
+        try:
+            status, queue_ms, _ = await call(session, "interactive")
+        except aiohttp.ClientError:
+            status, queue_ms = 0, 0.0
+        run.interactive.append((status, queue_ms))
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+    ) as session:
+        started = time.monotonic()
+        clients = [asyncio.create_task(batch_client(session)) for _ in range(SMALLER_BATCH_CLIENTS)]
+        count = round(seconds / 0.5)
+        await asyncio.gather(*(interactive(session, 0.5 * (i + 1)) for i in range(count)))
+        run.seconds = time.monotonic() - started
+        stop.set()
+        await asyncio.gather(*clients)
+        await asyncio.sleep(1.0)
+        run.after = (await call(session, "interactive"))[0]
+
+
+def provider_stats(simulator: str) -> tuple[int, int]:
+    import httpx
+
+    model = httpx.get(f"{simulator}/stats").json()["models"]["real"]
+    return model["served"], model["capacity_errors"]
+
+
+def smaller_case(args: argparse.Namespace) -> None:
+    with stack() as s:
+        simulator = s.simulator(
+            "--model", f"real:{args.real}", "--latency-ms", str(SMALLER_CALL_MS)
+        )  # fmt: skip
+        config = SMALLER_CONFIG.format(simulator=simulator, configured=args.configured)
+        if args.member_concurrency or args.member_rpm:
+            config += '[[limits]]\nscope = "member"\nname = "user@example.com"\n'
+            if args.member_concurrency:
+                config += f"max_concurrency = {args.member_concurrency}\n"
+            if args.member_rpm:
+                config += f"requests_per_minute = {args.member_rpm}\n"
+        key = s.configure(config, member="user@example.com", application="bench")
+        capacity = args.real / (SMALLER_CALL_MS / 1000)
+        state = "Redis" if s.env.get("REDIS_URL") else "in process"
+        print(
+            f"Provider smaller than configured: deployment configured for {args.configured}, "
+            f"the provider takes {args.real} calls of {SMALLER_CALL_MS} ms "
+            f"({capacity:.1f} calls/s); {SMALLER_BATCH_CLIENTS} batch clients and an "
+            f"interactive call every 0.5 s for {args.seconds:.0f} s; member limits: "
+            f"concurrency {args.member_concurrency or '-'}, rpm {args.member_rpm or '-'}; "
+            f"{args.workers} gateway worker(s), state {state}"
+        )
+        sources = [(f"before ({args.baseline})", s.checkout(args.baseline)), ("after", None)]
+        runs = []
+        for label, source in sources:
+            env = {"SLUICE_REDIS_PREFIX": uuid.uuid4().hex}
+            extra = {"source": source} if source is not None else {}
+            gateway, _ = s.gateway(workers=args.workers, env=env, **extra)
+            run = BurstRun(label)
+            served, errors = provider_stats(simulator)
+            asyncio.run(burst(f"{gateway}/v1/chat/completions", key, args.seconds, run))
+            served_after, errors_after = provider_stats(simulator)
+            run.provider_served = served_after - served
+            run.provider_capacity_errors = errors_after - errors
+            runs.append(run)
+            s.stop_last()
+            time.sleep(1.0)  # the provider's slots come free
+
+        width = 22
+        print(f"  {'':38}" + "".join(f"{r.label:>{width}}" for r in runs))
+
+        def row(label: str, values: list[str]) -> None:
+            print(f"  {label:38}" + "".join(f"{v:>{width}}" for v in values))
+
+        def served(r: BurstRun) -> int:
+            return sum(status == 200 for status, _ in r.interactive)
+
+        row("interactive served", [f"{served(r)} of {len(r.interactive)}" for r in runs])
+        for p in (50, 99):
+            row(
+                f"  queue wait p{p} (ms), served ones",
+                [f"{pct([q for st, q in r.interactive if st == 200], p):.0f}" for r in runs],
+            )
+        row(
+            "  refused (status: count)",
+            [
+                " ".join(
+                    f"{st}:{n}"
+                    for st, n in sorted(Counter(st for st, _ in r.interactive if st != 200).items())
+                )
+                or "-"
+                for r in runs
+            ],
+        )
+        row("batch served", [str(r.batch_served) for r in runs])
+        row(
+            "  per second (provider's capacity)",
+            [f"{r.batch_served / r.seconds:.1f} ({capacity:.1f})" for r in runs],
+        )
+        row(
+            "  refusals (status: count)",
+            [" ".join(f"{st}:{n}" for st, n in sorted(r.batch_refusals.items())) or "-"
+             for r in runs],
+        )  # fmt: skip
+        row("  longest Retry-After (s)", [f"{r.longest_retry_after:.0f}" for r in runs])
+        row("provider: served", [str(r.provider_served) for r in runs])
+        row("provider: capacity errors", [str(r.provider_capacity_errors) for r in runs])
+        row("a call 1 s after the burst", [str(r.after) for r in runs])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--capacity", type=int, default=8)
@@ -229,7 +423,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-off", action="store_true", help="no run with admission off")
     parser.add_argument("--workers", type=int, default=1, help="more than 1 needs REDIS_URL")
+    parser.add_argument("--case", choices=["overload", "smaller"], default="overload")
+    parser.add_argument("--baseline", default="main", help="git ref of the 'before' gateway")
+    parser.add_argument("--configured", type=int, default=64)
+    parser.add_argument("--real", type=int, default=4)
+    parser.add_argument("--member-concurrency", type=int, default=0)
+    parser.add_argument("--member-rpm", type=int, default=0)
     args = parser.parse_args()
+    if args.case == "smaller":
+        args.seconds = args.seconds if args.seconds != 10 else 11.0
+        smaller_case(args)
+        return
     capacity_rps = args.capacity / (args.call_ms / 1000)
 
     with stack() as s:

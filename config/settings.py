@@ -155,6 +155,11 @@ SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 
 SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
 SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
 SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
+# Share of every quota scope's requests per minute, tokens per minute and concurrency that
+# batch calls may not take: kept for interactive calls (0 lends batch all of it).
+SLUICE_QUOTA_INTERACTIVE_RESERVE = float(os.environ.get("SLUICE_QUOTA_INTERACTIVE_RESERVE", 0.2))
+if not 0 <= SLUICE_QUOTA_INTERACTIVE_RESERVE < 1:
+    raise ValueError("SLUICE_QUOTA_INTERACTIVE_RESERVE must be at least 0 and below 1")
 # How often the console's capacity board refreshes itself (seconds).
 SLUICE_CONSOLE_REFRESH_SECONDS = float(os.environ.get("SLUICE_CONSOLE_REFRESH_SECONDS", 5))
 # Audit retention: `manage.py prune_audit` deletes calls older than this many days when no

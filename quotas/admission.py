@@ -4,6 +4,15 @@ Requests per minute go through django-ratelimit (fixed one-minute windows, stagg
 key; its counter is Django's cache: Redis with REDIS_URL). Tokens, concurrency and budgets
 are reserved on quotas.counters: the estimate of the prompt plus `max_tokens` (or the
 application's default) times `n`, settled against the usage the upstream reports.
+
+Interactive reserve: a batch call passes a scope's requests per minute, tokens per minute
+and concurrency only while the scope's use (every class) stays within its batch share,
+the limit less `SLUICE_QUOTA_INTERACTIVE_RESERVE` (20 %, rounded up; batch keeps at least
+one), so a member's or an application's batch never takes the last of it. A batch call
+refused there is not counted against requests per minute. A batch call waiting in a deployment's
+queue keeps its concurrency lease (batch's own count includes it), but an interactive
+call's count leaves it out (`park`): an interactive call is never refused by its own
+member's queued batch, and what is sent upstream stays within the limit.
 """
 
 import asyncio
@@ -22,6 +31,7 @@ from django_ratelimit.core import get_usage
 from redis.exceptions import RedisError
 
 from accounts.authentication import Principal
+from accounts.models import PriorityClass
 from core.background import spawn
 from core.errors import GatewayError, bad_request
 from core.leases import LeaseKeeper
@@ -104,17 +114,27 @@ def estimated_tokens(principal: Principal, request: ClientRequest, raw_size: int
     return prompt + out * (body.get("n") or 1)
 
 
+def batch_share(limit: float, reserve: float) -> float:
+    """What batch calls may use of a limit: all but `reserve` of it (rounded up), and at
+    least one, so a limit of 1 still serves batch when nobody else asks."""
+    kept = min(limit - 1, math.ceil(limit * reserve - 1e-9)) if limit > 0 else 0
+    return max(0, limit - max(0, kept))
+
+
 async def admit(
     principal: Principal,
     request: ClientRequest,
     route: RouteSpec,
     http_request: HttpRequest,
     request_id: str,
+    *,
+    priority: str = PriorityClass.INTERACTIVE,
 ) -> Ticket | None:
     """Raise 429 when a limit says no; else the reservation to settle later (None when
-    no limit applies)."""
+    no limit applies). Batch calls get their share of each rate and concurrency limit."""
+    batch = priority == PriorityClass.BATCH and settings.SLUICE_QUOTA_INTERACTIVE_RESERVE > 0
     try:
-        return await _admit(principal, request, route, http_request, request_id)
+        return await _admit(principal, request, route, http_request, request_id, batch)
     except QuotaStoreDown:
         raise GatewayError(
             503,
@@ -131,6 +151,7 @@ async def _admit(
     route: RouteSpec,
     http_request: HttpRequest,
     request_id: str,
+    batch: bool,
 ) -> Ticket | None:
     limits = await limits_for(principal)
     if not limits:
@@ -141,16 +162,16 @@ async def _admit(
     rpm = [s for s in limits if s.requests_per_minute]
     counting = None
     if rpm and _counted_in_memory():
-        _check_requests(_rpm_usage(rpm, http_request), ticket)
+        _check_requests(_rpm_usage(rpm, http_request, batch), ticket)
     elif rpm:
         # The request count (django-ratelimit, in a thread) and the reservation run side
         # by side; a request refused per minute gives its reservation straight back.
-        counting = asyncio.ensure_future(_count_request(rpm, http_request, ticket))
+        counting = asyncio.ensure_future(_count_request(rpm, http_request, ticket, batch))
 
     tokens = estimated_tokens(principal, request, len(http_request.body))
     prices = [d.output_price_per_million for d in route.chain] or [0]
     cost = tokens * float(max(prices)) / 1_000_000  # at most this much
-    planned = _counters(limits, principal.team_time_zone, tokens, cost, now)
+    planned = _counters(limits, principal.team_time_zone, tokens, cost, now, batch=batch)
     try:
         checks = [p.check for p in planned]
         verdict = await counters.reserve(checks, request_id, now=now) if planned else None
@@ -195,14 +216,30 @@ async def settle(ticket: Ticket, *, tokens: int, cost: float) -> None:
     await ticket.counters.settle(deltas, ticket.lease_keys, ticket.slot)
 
 
+async def park(ticket: Ticket | None, *, parked: bool) -> None:
+    """A batch call starts (or stops) waiting in a deployment's queue: while it waits, its
+    concurrency leases do not count against interactive calls of the same scopes."""
+    if ticket is not None and ticket.lease_keys:
+        await ticket.counters.park(ticket.lease_keys, ticket.slot, parked=parked)
+
+
 def settle_later(ticket: Ticket, *, tokens: int, cost: float) -> None:
     spawn(settle(ticket, tokens=tokens, cost=cost))
 
 
 def _counters(
-    limits: tuple[ScopeLimits, ...], time_zone: str, tokens: int, cost: float, now: float
+    limits: tuple[ScopeLimits, ...],
+    time_zone: str,
+    tokens: int,
+    cost: float,
+    now: float,
+    *,
+    batch: bool = False,
 ) -> list[_Counter]:
+    """Every counter the call must pass; a batch call gets the batch share of the rate and
+    concurrency limits (budgets are not reserved: they are spent, not waited for)."""
     minute = math.floor(now / 60)
+    reserve = settings.SLUICE_QUOTA_INTERACTIVE_RESERVE if batch else 0.0
     day, next_day, month, next_month = period_starts(now, time_zone)
     planned = []
     for s in limits:
@@ -220,13 +257,18 @@ def _counters(
             key: str = base,
             s: ScopeLimits = s,
         ) -> None:
-            check = Check(f"{_prefix()}:q:{key}:{kind}", limit, amount, ttl, lease, seed)
+            name = f"{_prefix()}:q:{key}:{kind}"
+            # An interactive call is not refused for its own batch calls queued at a
+            # deployment: their leases are left out of its count (not of batch's).
+            check = Check(name, limit, amount, ttl, lease, seed, skip_parked=lease and not batch)
             planned.append(_Counter(s, kind, check, resets_at))
 
         if s.max_concurrency:
-            add("concurrency", s.max_concurrency, 1, CONCURRENCY_LEASE.lease, now + 1, lease=True)
+            share = batch_share(s.max_concurrency, reserve)
+            add("concurrency", share, 1, CONCURRENCY_LEASE.lease, now + 1, lease=True)
         if s.tokens_per_minute:
-            add("tpm", s.tokens_per_minute, tokens, 120, (minute + 1) * 60, key=f"{base}:{minute}")
+            share = batch_share(s.tokens_per_minute, reserve)
+            add("tpm", share, tokens, 120, (minute + 1) * 60, key=f"{base}:{minute}")
         periods = (
             ("day", s.tokens_per_day, tokens, 2, next_day, s.tokens_today, day),
             ("month", s.tokens_per_month, tokens, 33, next_month, s.tokens_this_month, month),
@@ -282,6 +324,10 @@ def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> Gateway
     wait = max(1, math.ceil(counter.resets_at - now))
     amount = _num(limit) if counter.kind != "cost" else f"{limit:.2f}"
     message = f"{counter.scope.label()}: {amount} {what}"
+    full = {"concurrency": counter.scope.max_concurrency, "tpm": counter.scope.tokens_per_minute}
+    if full.get(counter.kind) not in (None, limit):
+        whole = _num(full[counter.kind])
+        message += f" for batch calls (of {whole}: the rest is kept for interactive)"
     if counter.kind == "concurrency":
         message += f"; {int(used)} are in flight. Retry when one finishes."
     else:
@@ -297,10 +343,12 @@ def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> Gateway
     )
 
 
-async def _count_request(rpm: list[ScopeLimits], http_request: HttpRequest, ticket: Ticket) -> None:
+async def _count_request(
+    rpm: list[ScopeLimits], http_request: HttpRequest, ticket: Ticket, batch: bool
+) -> None:
     try:
         loop = asyncio.get_running_loop()
-        usages = await loop.run_in_executor(_rpm_threads, _rpm_usage, rpm, http_request)
+        usages = await loop.run_in_executor(_rpm_threads, _rpm_usage, rpm, http_request, batch)
     except (RedisError, OSError) as exc:
         redis_down(exc)  # raises when quotas fail closed
         return  # open: requests per minute go unchecked, the other counters fall back
@@ -308,18 +356,25 @@ async def _count_request(rpm: list[ScopeLimits], http_request: HttpRequest, tick
 
 
 def _check_requests(usages: list[tuple[ScopeLimits, dict | None]], ticket: Ticket) -> None:
-    """Refuse when a scope is over its requests per minute; else the headers."""
+    """Refuse when a scope is over its requests per minute (a batch call: over its share);
+    else the headers."""
     for scope, usage in usages:
         if usage is None:
             continue
-        limit = scope.requests_per_minute
+        limit = usage["limit"]
         # django-ratelimit's `time_left` counts to the window's last whole second, which
         # still belongs to the window: the next one starts a second later.
         wait = max(1, math.ceil(usage["time_left"]) + 1)
         if usage["should_limit"]:
+            what = f"{limit} requests per minute"
+            if limit != scope.requests_per_minute:
+                what += (
+                    f" for batch calls (of {scope.requests_per_minute}: "
+                    "the rest is kept for interactive)"
+                )
             raise GatewayError(
                 429,
-                f"{scope.label()}: {limit} requests per minute. Resets in {_duration(wait)}.",
+                f"{scope.label()}: {what}. Resets in {_duration(wait)}.",
                 type="requests",
                 code="rate_limit_exceeded",
                 outcome=Outcome.RATE_LIMITED,
@@ -337,21 +392,33 @@ def _counted_in_memory() -> bool:
 
 
 def _rpm_usage(
-    rpm: list[ScopeLimits], http_request: HttpRequest
+    rpm: list[ScopeLimits], http_request: HttpRequest, batch: bool = False
 ) -> list[tuple[ScopeLimits, dict | None]]:
-    return [
-        (
-            s,
-            get_usage(
+    """Count the request in each scope. A batch call is held to its share of the limit,
+    and one over it is not counted (it would spend what is kept for interactive calls)."""
+    reserve = settings.SLUICE_QUOTA_INTERACTIVE_RESERVE if batch else 0.0
+    usages: list[tuple[ScopeLimits, dict | None]] = []
+    for s in rpm:
+
+        def usage(increment: bool, s: ScopeLimits = s) -> dict | None:
+            return get_usage(
                 http_request,
                 group="sluice.rpm",
-                key=lambda group, request, s=s: f"{s.scope}:{s.target}",
+                key=lambda group, request: f"{s.scope}:{s.target}",
                 rate=f"{s.requests_per_minute}/m",
-                increment=True,
-            ),
-        )
-        for s in rpm
-    ]
+                increment=increment,
+            )
+
+        share = batch_share(s.requests_per_minute or 0, reserve)
+        found = usage(False) if share != s.requests_per_minute else None
+        if found is not None and found["count"] >= share:
+            found = found | {"should_limit": True}  # refused, not counted
+        else:
+            found = usage(True)
+            if found is not None:
+                found = found | {"should_limit": found["count"] > share}
+        usages.append((s, None if found is None else found | {"limit": share}))
+    return usages
 
 
 def _request_headers(limit: float, remaining: float, reset: float) -> dict[str, str]:

@@ -27,6 +27,9 @@ class Check:
     ttl: float  # window counters: seconds the bucket lives; leases: the lease
     lease: bool = False
     seed: float = 0.0
+    # Leases: whether the leases of batch calls waiting in a deployment's queue (parked)
+    # are left out of the count: an interactive call's check; a batch call counts them.
+    skip_parked: bool = False
 
 
 @dataclass
@@ -59,6 +62,9 @@ class QuotaCounters(Protocol):
         """Live leases of each concurrency counter (the console's "calls in flight")."""
         ...
 
+    async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
+        """Mark (or unmark) a lease as held by a call waiting in a deployment's queue."""
+
 
 class LocalQuotaCounters:
     """In-process backend: each method runs without an await, so it is atomic with
@@ -67,6 +73,7 @@ class LocalQuotaCounters:
     def __init__(self) -> None:
         self._values: dict[str, tuple[float, float]] = {}  # key -> (value, expires at)
         self._leases: dict[str, dict[str, float]] = {}  # key -> slot -> expires at
+        self._parked: dict[str, set[str]] = {}  # key -> slots waiting in a deployment queue
 
     def _value(self, check: Check, now: float) -> float:
         found = self._values.get(check.key)
@@ -74,12 +81,14 @@ class LocalQuotaCounters:
             return check.seed
         return found[0]
 
-    def _in_flight(self, key: str, now: float) -> int:
+    def _in_flight(self, key: str, now: float, *, skip_parked: bool = False) -> int:
         slots = self._leases.get(key)
         if not slots:
             return 0
         live = {s: exp for s, exp in slots.items() if exp > now}
         self._leases[key] = live
+        if skip_parked:
+            return len(live.keys() - self._parked.get(key, set()))
         return len(live)
 
     async def in_flight(self, keys: list[str]) -> list[int]:
@@ -91,7 +100,7 @@ class LocalQuotaCounters:
         values = []
         for i, check in enumerate(checks):
             if check.lease:
-                current = self._in_flight(check.key, now)
+                current = self._in_flight(check.key, now, skip_parked=check.skip_parked)
                 if current + 1 > check.limit:
                     return Verdict(i, [float(current)])
                 values.append(current + 1.0)
@@ -121,6 +130,16 @@ class LocalQuotaCounters:
     async def release(self, keys: list[str], slot: str) -> None:
         for key in keys:
             self._leases.get(key, {}).pop(slot, None)
+            self._parked.get(key, set()).discard(slot)
+
+    async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
+        for key in keys:
+            if parked:
+                self._parked.setdefault(key, set()).add(slot)
+            elif key in self._parked:
+                self._parked[key].discard(slot)
+                if not self._parked[key]:
+                    del self._parked[key]
 
     async def settle(
         self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str

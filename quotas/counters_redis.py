@@ -18,13 +18,18 @@ _RESERVE = """
 local now, slot, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local values = {}
 for i = 1, n do
-  local b = 3 + (i - 1) * 5
+  local b = 3 + (i - 1) * 6
   local limit, amount = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   local lease, seed = ARGV[b + 4] == '1', tonumber(ARGV[b + 5])
   local current
   if lease then
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     current = redis.call('ZCARD', KEYS[i])
+    if ARGV[b + 6] == '1' then  -- leave out the leases of batch calls waiting in a queue
+      local parked = KEYS[i] .. ':parked'
+      redis.call('ZREMRANGEBYSCORE', parked, '-inf', now)
+      current = math.max(0, current - redis.call('ZCARD', parked))
+    end
     amount = 1
   else
     current = tonumber(redis.call('GET', KEYS[i]) or seed)
@@ -33,7 +38,7 @@ for i = 1, n do
   values[i] = tostring(current + amount)
 end
 for i = 1, n do
-  local b = 3 + (i - 1) * 5
+  local b = 3 + (i - 1) * 6
   local ttl = tonumber(ARGV[b + 3])
   if ARGV[b + 4] == '1' then
     redis.call('ZADD', KEYS[i], now + ttl, slot)
@@ -59,9 +64,13 @@ for i = 1, n do
 end
 for i = n + 1, #KEYS do
   redis.call('ZREM', KEYS[i], ARGV[2])
+  redis.call('ZREM', KEYS[i] .. ':parked', ARGV[2])
 end
 return 1
 """
+
+
+PARKED_FOR = 120.0  # seconds: the quota lease's length (a queue wait is shorter)
 
 
 class QuotaStoreDown(Exception):
@@ -91,7 +100,7 @@ class RedisQuotaCounters:
         now = time.time() if now is None else now
         args: list[Any] = [now, slot, len(checks)]
         for c in checks:
-            args += [c.limit, c.amount, c.ttl, int(c.lease), c.seed]
+            args += [c.limit, c.amount, c.ttl, int(c.lease), c.seed, int(c.skip_parked)]
         try:
             self._client()
             result = await self._reserve(keys=[c.key for c in checks], args=args)
@@ -136,6 +145,23 @@ class RedisQuotaCounters:
         except (RedisError, OSError):
             # A read for the console: never refuse over it, show this worker's own view.
             return await self._fallback.in_flight(keys)
+
+    async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
+        """A parked lease expires with the lease it marks (a dead worker's come free)."""
+        if not keys:
+            return
+        try:
+            async with self._client().pipeline(transaction=False) as pipe:
+                for key in keys:
+                    if parked:
+                        pipe.zadd(f"{key}:parked", {slot: time.time() + PARKED_FOR})
+                        pipe.expire(f"{key}:parked", math.ceil(PARKED_FOR * 2))
+                    else:
+                        pipe.zrem(f"{key}:parked", slot)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            self.down(exc)
+            await self._fallback.park(keys, slot, parked=parked)
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
         now = time.time()

@@ -38,6 +38,7 @@ from core.db import db_read
 from core.errors import GatewayError, capacity_exhausted, json_object, openai_error
 from core.leases import LeaseKeeper
 from core.outcomes import Outcome
+from quotas.admission import park
 from routing.audit import AttemptLog, CallLog
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
@@ -52,7 +53,7 @@ from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
 from routing.relay import OpenStream, first_event, usage_tokens
 from routing.services import deployment_mark_misconfigured
-from routing.slot_policy import Claim, service
+from routing.slot_policy import BATCH, Claim, service
 from routing.upstream import UpstreamError, open_response, passed_back, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
@@ -142,6 +143,7 @@ class ChainWalk:
     skips: Counter[str] = field(default_factory=Counter)
     tried: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
     congested: set[str] = field(default_factory=set)  # last attempt there met own congestion
+    counted: set[str] = field(default_factory=set)  # a failure there counted to its breaker
     absorbed: int = 0  # attempts that met own congestion: not counted to max_attempts
     context_refusal: Answer | None = None
 
@@ -230,7 +232,7 @@ class ChainWalk:
             return refusal
         keeper = lease_keeper()
         keeper.hold(deployment.name, deployment.limits, slot)
-        repeat = deployment.name in self.tried  # the breaker counts a call once
+        repeat = deployment.name in self.counted  # the breaker counts a call once
 
         async def release(result: Result, service: float | None) -> bool:
             keeper.drop(deployment.name, slot)
@@ -256,7 +258,10 @@ class ChainWalk:
         if isinstance(outcome, OpenStream):
             outcome.release = release  # held until the stream ends
         elif isinstance(outcome, Failure):
-            congested = await release(_result_for(outcome.error_class), 0.0)
+            result = _result_for(outcome.error_class)
+            congested = await release(result, 0.0)
+            if not congested and result is not Result.NEUTRAL:
+                self.counted.add(deployment.name)
             # Only "at capacity" queues again; an upstream rate limit keeps its own rules.
             outcome.congested = congested and outcome.error_class is ErrorClass.CAPACITY
             if outcome.congested:
@@ -276,6 +281,9 @@ class ChainWalk:
         if self.call.queue_position is None:
             self.call.queue_position = admission.position
         name, limits = deployment.name, deployment.limits
+        parks = self.claim.priority == BATCH
+        if parks:
+            await park(self.call.quota, parked=True)
         try:
             if await state.wait(name, slot, min(self.claim.wait, self._remaining())):
                 return True
@@ -287,6 +295,8 @@ class ChainWalk:
             spawn(_abandon(state, deployment, slot))
             raise
         finally:
+            if parks:
+                spawn(park(self.call.quota, parked=False))
             self.call.queue_ms = (self.call.queue_ms or 0.0) + (time.monotonic() - started) * 1000
 
     def _attempt_deadline(self, deployment: DeploymentSpec) -> float:

@@ -9,10 +9,10 @@ same test suite runs against both.
 
 The rules (DESIGN.md, seeds 000/001/004):
 - adaptive limit: starts at max concurrency; a capacity error (or upstream rate limit) cuts
-  it to 70 % (never below the floor, 1), at most once per round trip as TCP does: only a
-  call sent after the last cut can cut again; the errors of calls that were already in
-  flight belong to the same congestion. A limit's worth of successes raises it by 1, up to
-  max concurrency.
+  it to 70 % (rounded, by at least one, never below the floor, 1), at most once per round
+  trip as TCP does: only a call sent after the last cut can cut again; the errors of calls
+  that were already in flight belong to the same congestion. A limit's worth of successes
+  raises it by 1, up to max concurrency.
 - own concurrency is not a breaker signal: a capacity error while the limit is above its
   floor, or of a call sent before the last cut, is "congested" (`release` says so: the call
   queues again for a slot at the lower limit) and leaves the breaker alone.
@@ -305,7 +305,7 @@ class LocalDeploymentState:
                 if since < d.cut_at:
                     congested = True  # sent before the last cut: that cut answered it
                 elif limit > FLOOR:
-                    d.limit, d.cut_at, d.streak = max(FLOOR, math.floor(limit * CUT)), now, 0
+                    d.limit, d.cut_at, d.streak = _cut(limit), now, 0
                     congested = True
                 counts = counts and not congested
             if counts:
@@ -460,6 +460,11 @@ class LocalDeploymentState:
             d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
             counts = d.budget[bucket] = [0, 0]
         counts[1 if retry else 0] += 1
+
+
+def _cut(limit: float) -> float:
+    """The limit after a capacity error: 70 %, rounded, by at least one, never below 1."""
+    return max(FLOOR, min(limit - 1, math.floor(limit * CUT + 0.5)))
 
 
 async def granted_within(granted: asyncio.Future[None] | None, within: float) -> bool:

@@ -309,7 +309,8 @@ if result ~= 'neutral' then
       if since < cut_at then
         congested = true
       elseif limit > %(floor)s then
-        limit, cut_at, streak = math.max(%(floor)s, math.floor(limit * %(cut)s)), now, 0
+        limit = math.max(%(floor)s, math.min(limit - 1, math.floor(limit * %(cut)s + 0.5)))
+        cut_at, streak = now, 0
         congested = true
       end
       if congested then counts = false end

@@ -47,4 +47,4 @@ def connect() -> None:
         post_delete.connect(receiver, sender=model, dispatch_uid=f"sluice-gone-{model.__name__}")
     routes = _dropping(KEYS)
     _receivers.append(routes)
-    m2m_changed.connect(routes, sender=Application.routes.through, dispatch_uid="sluice-routes")
+    m2m_changed.connect(routes, sender=Route.applications.through, dispatch_uid="sluice-routes")

@@ -66,7 +66,9 @@ async def serve(
         )
         deadline = deadline_for(route.policy, request.headers.get("x-sluice-max-wait"))
         enforce_ceilings(principal, client_request)
-        call.quota = await admit(principal, client_request, route, request, call.request_id)
+        call.quota = await admit(
+            principal, client_request, route, request, call.request_id, priority=call.priority
+        )
         claim = claim_for(
             priority=call.priority, member=str(principal.member_id), raw_size=len(request.body)
         )

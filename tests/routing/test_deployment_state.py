@@ -89,7 +89,7 @@ async def test_capacity_errors_cut_the_limit_and_successes_grow_it_back(state, n
     await _call(state, name, Result.CAPACITY, limits=limits)
     assert (await state.snapshot(name, limits, now=T0)).limit == 7
     await _call(state, name, Result.CAPACITY, limits=limits)
-    assert (await state.snapshot(name, limits, now=T0)).limit == 4
+    assert (await state.snapshot(name, limits, now=T0)).limit == 5  # 4.9, rounded
     for _ in range(5):
         await _call(state, name, Result.CAPACITY, limits=limits)
     assert (await state.snapshot(name, limits, now=T0)).limit == 1  # never below 1
@@ -178,12 +178,12 @@ async def test_a_burst_of_capacity_errors_cuts_the_limit_once_and_leaves_the_bre
     ]
     assert congested == [True] * 36  # each may queue again: none is a failure of the deployment
     snap = await state.snapshot(name, limits, now=T0 + 0.1)
-    assert (snap.mode, snap.limit, snap.failures) == ("closed", 44, 0)
+    assert (snap.mode, snap.limit, snap.failures) == ("closed", 45, 0)
     # A call sent after that cut meets capacity again: the next round trip, the next cut.
     (late,) = await _burst(state, name, limits, 1, T0 + 0.2)
     assert await state.release(name, limits, late, Result.CAPACITY, now=T0 + 0.21)
     snap = await state.snapshot(name, limits, now=T0 + 0.3)
-    assert (snap.mode, snap.limit) == ("closed", 30)
+    assert (snap.mode, snap.limit) == ("closed", 31)
 
 
 async def test_capacity_errors_open_the_breaker_only_at_the_floor(state, name):
