@@ -248,6 +248,23 @@ def _landed_team_limit_cleared(people: People) -> bool:
     return limit is None or limit.requests_per_minute is None
 
 
+def _landed_alice_admin(people: People) -> bool:
+    member = people.users["member"].member
+    member.refresh_from_db()
+    return member.role == "admin"
+
+
+def _landed_rival_renamed(people: People) -> bool:
+    people.rival.refresh_from_db()
+    return people.rival.name == "Renamed rival"
+
+
+def _landed_app_in_rival(people: People) -> bool:
+    from accounts.models import Application
+
+    return Application.objects.filter(slug="made-in-rival", team=people.rival).exists()
+
+
 def _landed_team(people: People) -> bool:
     from accounts.models import Team
 
@@ -346,6 +363,31 @@ ACTIONS = [
         expect(403, team_admin=200, other_team_admin=DONE, staff=DONE),
         _lands("other_team_admin", "staff"),
         _landed_member_in_rival,
+    ),
+    Action(
+        "make alice a team admin",
+        "/members/{alice_id}/",
+        {"role": "admin"},
+        expect(403, team_admin=DONE, other_team_admin=404, staff=DONE),
+        _lands("team_admin", "staff"),
+        _landed_alice_admin,
+    ),
+    Action(
+        "rename team rival",
+        "/teams/{rival}/",
+        {"name": "Renamed rival", "time_zone": "UTC"},
+        expect(403, team_admin=404, other_team_admin=DONE, staff=DONE),
+        _lands("other_team_admin", "staff"),
+        _landed_rival_renamed,
+    ),
+    Action(
+        "create an application in team rival",
+        "/applications/new/",
+        {**APP_EDIT, "slug": "made-in-rival", "team": "{rival_id}"},
+        # tina's form offers only her own team: the form comes back with an error.
+        expect(403, team_admin=200, other_team_admin=DONE, staff=DONE),
+        _lands("other_team_admin", "staff"),
+        _landed_app_in_rival,
     ),
     Action(
         "create a team",
