@@ -48,12 +48,9 @@ def main() -> int:
     token = manage(env, "issue_admin_token", "--name", "schemathesis").strip().splitlines()[-1]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [PY, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log", "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-    )
+    uvicorn = ["-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
+    quiet = ["--no-access-log", "--log-level", "warning"]
+    server = subprocess.Popen([PY, *uvicorn, "--port", str(port), *quiet], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 30
         while True:
