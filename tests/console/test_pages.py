@@ -320,3 +320,14 @@ def test_the_board_shows_live_slots_and_an_open_breaker(people):
         assert "breaker-open" in row and "until" in row
     finally:
         asyncio.run(state.reset("big"))
+
+
+def test_team_admin_cannot_deactivate_or_demote_a_staff_member_of_their_team(people):
+    staff = people.users["staff"]
+    staff_member = Member.objects.create(user=staff, team=people.home, role="admin")
+    client = _client(people, "team_admin")
+    assert client.post(f"/members/{staff_member.pk}/deactivate/").status_code == 403
+    assert client.post(f"/members/{staff_member.pk}/", {"role": "member"}).status_code == 403
+    staff.refresh_from_db()
+    staff_member.refresh_from_db()
+    assert staff.is_active and staff_member.role == "admin"
