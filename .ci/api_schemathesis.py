@@ -7,6 +7,7 @@ not match the schema, any undocumented status code or content type. Run by .ci/r
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +35,8 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 def main() -> int:
+    # Stopped from outside (CI's timeout): still stop the gateway in `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="sluice-fuzz-"))
     env = os.environ | {
         "DATABASE_URL": f"sqlite:///{workdir / 'fuzz.sqlite3'}",
