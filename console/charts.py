@@ -50,6 +50,7 @@ def line_chart(
     x: Sequence[datetime],
     series: dict[str, Sequence[float | None]],
     hourly: bool,
+    x_unit: str = "",
     testid: str = "chart",
 ) -> SafeString:
     """Lines over time, one per series; None leaves a gap. `unit` is shown on the y axis
@@ -97,7 +98,8 @@ def line_chart(
     zone = x[0].tzname() if x else ""
     parts.append(
         f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 6}" class="axis-label" '
-        f'text-anchor="middle">{"hour" if hourly else "day"} ({escape(zone or "")})</text>'
+        f'text-anchor="middle">{escape(x_unit or ("hour" if hourly else "day"))} '
+        f"({escape(zone or '')})</text>"
     )
     parts.append(
         f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" y2="{TOP + plot_h}" '
