@@ -1,7 +1,7 @@
-"""Throttling of the management API itself, per token or per console user. DRF counts in
-the default cache: Redis when REDIS_URL is set, so every worker shares the count."""
+"""Throttling of the management API itself, per token or per console user. Counted in the
+"api" cache: Redis when REDIS_URL is set, so every worker shares the count."""
 
-from django.conf import settings
+from django.core.cache import caches
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -11,6 +11,10 @@ from accounts.models import ManagementToken
 class CallerThrottle(SimpleRateThrottle):
     scope = "caller"
 
+    def __init__(self) -> None:
+        self.cache = caches["api"]
+        super().__init__()
+
     def get_cache_key(self, request: Request, view: object) -> str | None:
         if isinstance(request.auth, ManagementToken):
             ident = f"token:{request.auth.prefix}"
@@ -18,4 +22,4 @@ class CallerThrottle(SimpleRateThrottle):
             ident = f"user:{request.user.pk}"
         else:
             ident = f"ip:{self.get_ident(request)}"
-        return f"{settings.SLUICE_REDIS_PREFIX}:api-throttle:{ident}"
+        return f"api-throttle:{ident}"

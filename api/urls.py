@@ -24,6 +24,7 @@ urlpatterns = [
     path("", include(router.urls)),
     path("limits/", views_routing.LimitList.as_view(), name="limit-list"),
     path("limits/<str:scope>/<str:name>/", views_routing.LimitDetail.as_view(), name="limit"),
+    path("calls/", views_reports.CallList.as_view(), name="call-list"),
     path("usage/", views_reports.UsageReportView.as_view(), name="usage"),
     path("config/", views_routing.ConfigExport.as_view(), name="config-export"),
     path("config/dry-run/", views_routing.ConfigDryRun.as_view(), name="config-dry-run"),

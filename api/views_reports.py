@@ -121,15 +121,14 @@ class UsageReportView(NoOptions, APIView):
         )
 
 
-class CallViewSet(NoOptions, viewsets.ViewSet):
+class CallList(NoOptions, APIView):
     """Calls in the caller's scope through the call explorer (routing/call_explorer.py):
-    its filters, newest first, a keyset cursor (`next`); one call with its attempts."""
+    its filters, newest first, a keyset cursor (`next`)."""
 
-    lookup_field = "request_id"
-    lookup_value_regex = r"[^/]+"
-
-    @extend_schema(parameters=[s.CallQuery], responses={200: s.CallPageOut})
-    def list(self, request: Request) -> Response:
+    @extend_schema(
+        operation_id="calls_list", parameters=[s.CallQuery], responses={200: s.CallPageOut}
+    )
+    def get(self, request: Request) -> Response:
         query = s.CallQuery(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         q = dict(query.validated_data)
@@ -171,6 +170,13 @@ class CallViewSet(NoOptions, viewsets.ViewSet):
             params["cursor"] = page.next_cursor
             next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
         return Response({"next": next_url, "results": s.CallOut(page.calls, many=True).data})
+
+
+class CallViewSet(NoOptions, viewsets.ViewSet):
+    """One call in the caller's scope with its attempts, placed in time."""
+
+    lookup_field = "request_id"
+    lookup_value_regex = r"[^/]+"
 
     @extend_schema(responses={200: s.CallDetailOut})
     def retrieve(self, request: Request, request_id: str) -> Response:

@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--password", default="bench-pass-1")
     parser.add_argument("--skip-export", action="store_true")
     parser.add_argument("--export-only", action="store_true")
+    parser.add_argument("--only", default="", help="comma-separated page names (substrings)")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         raise SystemExit("set DATABASE_URL to the database bench/seed_audit.py filled")
@@ -160,7 +161,12 @@ def main() -> None:
         print(f"{total:,} calls in the database; {args.runs} runs per page after a warm-up; ms")
         print(f"{'page':<38} {'admin p50':>9} {'p95':>7}  {'member p50':>10} {'p95':>7}  status")
         slow = []
-        for name, template in [] if args.export_only else PAGES:
+        wanted = [
+            (name, path)
+            for name, path in PAGES
+            if not args.only or any(o in name for o in args.only.split(","))
+        ]
+        for name, template in [] if args.export_only else wanted:
             cells, statuses = [], []
             for role, client in clients.items():
                 fill["deep_page"] = deep_page(client, 20) if "{deep_page}" in template else ""

@@ -477,6 +477,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     if args.reset:
         reset()
+    elif CallRecord.objects.filter(request_id__startswith="req_seed").exists():
+        raise SystemExit("this database is seeded already: add --reset to start again")
     rng = random.Random(args.seed)
     catalog = Catalog(rng, members=args.members, password=args.password)
     print(

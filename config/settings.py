@@ -110,6 +110,16 @@ else:
         "LOCATION": "ratelimit",
     }
 RATELIMIT_USE_CACHE = "ratelimit"
+# The management API's throttle counts (api/throttles.py): shared by every worker on Redis.
+CACHES["api"] = (
+    {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": SLUICE_REDIS_PREFIX,
+    }
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
+)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -214,7 +224,7 @@ LOGGING = {
 }
 
 # --- Management API (/api/v1/) ------------------------------------------------------------
-# Throttles count in the default cache: Redis when REDIS_URL is set (shared by every worker).
+# Throttles count in the "api" cache: Redis when REDIS_URL is set (shared by every worker).
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "api.authentication.ManagementTokenAuthentication",

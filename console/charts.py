@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 WIDTH, HEIGHT = 720, 240
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 44
 # Colour-blind-safe (Okabe-Ito), repeated past eight series.
+MAX_MARKED_POINTS = 62  # up to two months of days get a dot (with a hover title) per value
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 
 
@@ -49,6 +50,7 @@ def line_chart(
     x: Sequence[datetime],
     series: dict[str, Sequence[float | None]],
     hourly: bool,
+    x_unit: str = "",
     testid: str = "chart",
 ) -> SafeString:
     """Lines over time, one per series; None leaves a gap. `unit` is shown on the y axis
@@ -96,7 +98,8 @@ def line_chart(
     zone = x[0].tzname() if x else ""
     parts.append(
         f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 6}" class="axis-label" '
-        f'text-anchor="middle">{"hour" if hourly else "day"} ({escape(zone or "")})</text>'
+        f'text-anchor="middle">{escape(x_unit or ("hour" if hourly else "day"))} '
+        f"({escape(zone or '')})</text>"
     )
     parts.append(
         f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" y2="{TOP + plot_h}" '
@@ -110,6 +113,8 @@ def line_chart(
                 runs.append([])
                 continue
             runs[-1].append(f"{px(i):.1f},{py(float(v)):.1f}")
+            if n > MAX_MARKED_POINTS:
+                continue  # a long series: the line alone (the table has every value)
             parts.append(
                 f'<circle cx="{px(i):.1f}" cy="{py(float(v)):.1f}" r="2.2" fill="{colour}">'
                 f"<title>{escape(name)} {escape(_x_label(x[i], hourly))}: "

@@ -101,6 +101,9 @@ def limit_edit(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         # The form holds every limit: an empty field means no limit (0 in limit_set's terms).
         values = {f: (v if v is not None else 0) for f, v in form.cleaned_data.items()}
+        if existing is None and not any(values.values()):
+            messages.info(request, f"{scope} {name} has no limits; nothing to save.")
+            return redirect("console:limits")
         try:
             limit_set(scope=scope, name=name, actor=actor_of(request), **values)
         except LimitError as exc:

@@ -2,6 +2,7 @@
 Staff manage every team; a team admin their own (they cannot create teams)."""
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -115,6 +116,7 @@ def member_create_view(request: HttpRequest) -> HttpResponse:
 def member_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
     viewer = viewer_of(request)
     member = get_object_or_404(members_visible_to(viewer), pk=pk)
+    _refuse_staff_target(viewer, member)
     form = MemberEditForm(
         request.POST if request.method == "POST" else None, initial={"role": member.role}
     )
@@ -135,6 +137,7 @@ def member_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
 def member_active_view(request: HttpRequest, pk: int, active: bool) -> HttpResponse:
     viewer = viewer_of(request)
     member = get_object_or_404(members_visible_to(viewer), pk=pk)
+    _refuse_staff_target(viewer, member)
     if member.pk == viewer.member_id:
         messages.error(request, "You cannot deactivate yourself.")
         return redirect("console:members")
@@ -148,6 +151,13 @@ def member_active_view(request: HttpRequest, pk: int, active: bool) -> HttpRespo
             "working within seconds.",
         )
     return redirect("console:members")
+
+
+def _refuse_staff_target(viewer: object, member: object) -> None:
+    """A team admin manages their team's members, but never an admin (staff) who happens to
+    be a member of it."""
+    if member.user.is_staff and not viewer.is_staff:  # type: ignore[attr-defined]
+        raise PermissionDenied("Only an admin may change another admin.")
 
 
 APP_COLUMNS = [

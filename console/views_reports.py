@@ -145,6 +145,7 @@ def usage_report_view(request: HttpRequest) -> HttpResponse:
                         x=series.buckets,
                         series=data,
                         hourly=hourly,
+                        x_unit=f"{series.unit} starting",
                         testid=f"chart-{key}",
                     ),
                     "rows": [

@@ -136,4 +136,6 @@ class UsageRollup(models.Model):
             models.Index(fields=["member_id", "hour"], name="rollup_member_hour"),
             models.Index(fields=["application_id", "hour"], name="rollup_app_hour"),
             models.Index(fields=["team_id", "hour"], name="rollup_team_hour"),
+            # A key's usage this day/month (the gateway's key limits, the console's Limits).
+            models.Index(fields=["key_prefix", "hour"], name="rollup_key_hour"),
         ]

@@ -16,7 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.db.models import F, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncHour
+from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 
 from accounts.models import ApiKey, Application, Member, Team
 from accounts.selectors import Viewer
@@ -373,7 +373,7 @@ class Series:
     tokens: dict[str, list[int]]
     cost: dict[str, list[Decimal]]
     capacity_share: dict[str, list[float | None]]
-    unit: str  # "hour" or "day"
+    unit: str  # "hour", "day" or "week"
 
 
 def attempts_sum() -> Sum:
@@ -397,16 +397,26 @@ SERIES_SUMS = {
 
 
 def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) -> Series:
-    """Hourly buckets for a period of up to two days, else daily, in the period's zone."""
-    hourly = period.end - period.start <= timedelta(days=2)
-    trunc = (TruncHour if hourly else TruncDay)("hour", tzinfo=period.zone)
+    """Hourly buckets for a period of up to two days, daily up to three months, else weekly
+    (from Monday), in the period's zone."""
+    length = period.end - period.start
+    unit = (
+        "hour" if length <= timedelta(days=2) else "day" if length <= timedelta(days=92) else "week"
+    )
+    trunc = {"hour": TruncHour, "day": TruncDay, "week": TruncWeek}[unit](
+        "hour", tzinfo=period.zone
+    )
     qs = _filtered(viewer, period, team_id=team_id).exclude(deployment="")
     found = list(
         qs.annotate(bucket=trunc).values("bucket", "deployment").annotate(**SERIES_SUMS).order_by()
     )
-    step = timedelta(hours=1) if hourly else timedelta(days=1)
+    step = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}[unit]
     buckets: list[datetime] = []
     cursor = period.start.astimezone(period.zone)
+    if unit == "week":
+        cursor = (cursor.replace(tzinfo=None) - timedelta(days=cursor.weekday())).replace(
+            tzinfo=period.zone
+        )
     while cursor < period.end:
         buckets.append(cursor)
         # Step in local wall time so days stay days across a DST change.
@@ -433,7 +443,7 @@ def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) 
         d: [capacity[d][i] / attempts[d][i] if attempts[d][i] else None for i in range(size)]
         for d in deployments
     }
-    return Series(buckets, deployments, calls, tokens, cost, share, "hour" if hourly else "day")
+    return Series(buckets, deployments, calls, tokens, cost, share, unit)
 
 
 def team_zone(team_id: int | None) -> ZoneInfo:

@@ -15,6 +15,7 @@ import asyncio
 import hmac
 import json
 import logging
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -50,10 +51,16 @@ HISTOGRAMS = {
     "sluice_queue_wait_seconds": ("time queued for a slot, by priority class", QUEUE_BUCKETS),
 }
 
+# Per histogram: its bucket labels ("0.05", ..., "+Inf") and the keys its series are kept
+# under (buckets are counted one each, not cumulatively, and added up when exposed).
+_BOUND_LABELS = {n: [*(repr(b) for b in h[1]), "+Inf"] for n, h in HISTOGRAMS.items()}
+_BUCKET_KEYS = {n: f"{n}:bucket" for n in HISTOGRAMS}
+_SUM_KEYS = {n: f"{n}:sum" for n in HISTOGRAMS}
+
 
 class Counts:
-    """Series -> value; a series is (metric, label values). Histograms are kept as their
-    cumulative buckets, `_sum` and `_count` series."""
+    """Series -> value; a series is (metric, label values). A histogram is kept as a count
+    per bucket and its sum."""
 
     def __init__(self) -> None:
         self.values: defaultdict[tuple[str, tuple[str, ...]], float] = defaultdict(float)
@@ -62,12 +69,13 @@ class Counts:
         self.values[(metric, labels)] += amount
 
     def observe(self, metric: str, priority: str, seconds: float) -> None:
-        buckets = HISTOGRAMS[metric][1]
-        for bound in buckets:
-            if seconds <= bound:
-                self.values[(f"{metric}:le", (priority, repr(bound)))] += 1
-        self.values[(f"{metric}:le", (priority, "+Inf"))] += 1
-        self.values[(f"{metric}:sum", (priority,))] += seconds
+        """One count in the bucket that holds `seconds` (the exposition adds them up), and
+        the sum: two dictionary additions."""
+        bounds = HISTOGRAMS[metric][1]
+        index = bisect_left(bounds, seconds)
+        label = _BOUND_LABELS[metric][index]
+        self.values[(_BUCKET_KEYS[metric], (priority, label))] += 1
+        self.values[(_SUM_KEYS[metric], (priority,))] += seconds
 
     def drain(self) -> dict[tuple[str, tuple[str, ...]], float]:
         taken, self.values = self.values, defaultdict(float)
@@ -164,14 +172,16 @@ def _families(counts: dict[tuple[str, tuple[str, ...]], float]) -> list[Any]:
             if metric == name:
                 family.add_metric(list(values), value)
         families.append(family)
-    for name, (help_text, bounds) in HISTOGRAMS.items():
+    for name, (help_text, _) in HISTOGRAMS.items():
         family = HistogramMetricFamily(name, help_text, labels=["priority"])
-        classes = sorted({v[0] for (m, v) in counts if m == f"{name}:le"})
+        classes = sorted({v[0] for (m, v) in counts if m == _BUCKET_KEYS[name]})
         for klass in classes:
-            buckets = [(repr(b), counts.get((f"{name}:le", (klass, repr(b))), 0.0)) for b in bounds]
-            buckets.append(("+Inf", counts.get((f"{name}:le", (klass, "+Inf")), 0.0)))
+            buckets, running = [], 0.0
+            for label in _BOUND_LABELS[name]:
+                running += counts.get((_BUCKET_KEYS[name], (klass, label)), 0.0)
+                buckets.append((label, running))
             family.add_metric(
-                [klass], buckets=buckets, sum_value=counts.get((f"{name}:sum", (klass,)), 0.0)
+                [klass], buckets=buckets, sum_value=counts.get((_SUM_KEYS[name], (klass,)), 0.0)
             )
         families.append(family)
     return families

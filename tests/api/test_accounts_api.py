@@ -324,3 +324,18 @@ def test_options_and_unknown_paths_answer_in_the_error_shape(client_as: Any) -> 
     assert_error(admin.get("/api/v1/nothing-here/"), 404)
     assert_error(admin.get("/api/v1/admin-actions/1.5e-11/"), 404)
     assert_error(client_as("anonymous").get("/api/v1/nope"), 404)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_admin_action_detail_per_role(world: Any, client_as: Any, role: str) -> None:
+    client_as("admin").patch("/api/v1/teams/acme/", {"name": "Acme 2"}, format="json")
+    client_as("admin").patch("/api/v1/teams/globex/", {"name": "Globex 2"}, format="json")
+    acme = AdminAction.objects.get(action="team.update", object_repr="acme")
+    globex = AdminAction.objects.get(action="team.update", object_repr="globex")
+    statuses = expect(200, 200, 403, 403)[role], expect(200, 404, 403, 403)[role]
+    for action, status in zip((acme, globex), statuses, strict=True):
+        response = client_as(role).get(f"/api/v1/admin-actions/{action.pk}/")
+        if status == 200:
+            assert response.json()["after"]["name"].endswith(" 2")
+        else:
+            assert_error(response, status)

@@ -38,8 +38,9 @@ def test_a_logged_in_user_without_a_role_is_refused(db: None) -> None:
 def test_throttle_answers_429_with_retry_after(
     client_as: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django.core.cache import cache
+    from django.core.cache import caches
 
+    cache = caches["api"]
     cache.clear()
     monkeypatch.setattr(CallerThrottle, "THROTTLE_RATES", {"caller": "3/min"})
     member = client_as("member")
@@ -51,6 +52,17 @@ def test_throttle_answers_429_with_retry_after(
     # Counted per caller: another token is not slowed by this one.
     assert client_as("admin").get("/api/v1/keys/").status_code == 200
     cache.clear()
+
+
+def test_throttle_counts_in_the_api_cache(world: Any, client_as: Any) -> None:
+    from django.conf import settings
+    from django.core.cache import caches
+
+    client_as("member").get("/api/v1/keys/")
+    prefix = world.tokens["member"].split()[1][: len("sk-sluice-admin-") + 12]
+    assert caches["api"].get(f"api-throttle:token:{prefix}")  # the request's timestamp
+    backend = settings.CACHES["api"]["BACKEND"]
+    assert ("Redis" in backend) == bool(settings.REDIS_URL)
 
 
 # --- management tokens through the API ------------------------------------------------------

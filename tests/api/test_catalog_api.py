@@ -319,6 +319,8 @@ def test_schema_and_docs_are_served_without_a_cdn(client: Any) -> None:
     paths = schema.json()["paths"]
     assert "/api/v1/deployments/{name}/state/" in paths
     assert "429" in paths["/api/v1/keys/"]["post"]["responses"]
+    calls = paths["/api/v1/calls/"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert calls["schema"] == {"$ref": "#/components/schemas/CallPageOut"}  # a page, not a list
     for page in ("/api/v1/docs/", "/api/v1/redoc/"):
         html = client.get(page).content.decode()
         assert "/static/drf_spectacular_sidecar/" in html, page

@@ -120,6 +120,14 @@ class Console:
 
         return self.driver.find_element(By.TAG_NAME, "body").text
 
+    def download_into(self, folder: Path) -> None:
+        """Send this browser's downloads to `folder` from now on (a test's own folder, so no
+        other test's file can be taken for its own)."""
+        self.driver.execute_cdp_cmd(
+            "Browser.setDownloadBehavior",
+            {"behavior": "allow", "downloadPath": str(folder), "eventsEnabled": False},
+        )
+
     def status_of(self, path: str) -> int:
         """The HTTP status of a page as the browser (its session cookie) gets it."""
         return self.driver.execute_async_script(

@@ -5,7 +5,7 @@ the member's own call and no one else's), and the call page shows the attempt ti
 
 import csv
 import io
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +51,20 @@ def member_calls(
     return ids
 
 
-def _downloaded(folder: Path, suffix: str, after: float, timeout: float = 15) -> Path:
-    """The newest finished download in `folder` ending with `suffix`, started after `after`."""
+@pytest.fixture
+def own_downloads(console: Console, download_dir: Path, tmp_path: Path) -> Iterator[Path]:
+    """This test's downloads go to a folder of its own; then back to the shared one."""
+    console.download_into(tmp_path)
+    yield tmp_path
+    console.download_into(download_dir)
+
+
+def _downloaded(folder: Path, timeout: float = 15) -> Path:
+    """The one finished download in `folder` (Chromium writes `*.crdownload` until done)."""
 
     def done() -> Path | None:
-        found = [
-            p
-            for p in folder.iterdir()
-            if p.name.endswith(suffix) and p.stat().st_mtime >= after - 1
-        ]
-        return max(found, key=lambda p: p.stat().st_mtime) if found else None
+        found = [p for p in folder.iterdir() if not p.name.endswith(".crdownload")]
+        return found[0] if len(found) == 1 and found[0].stat().st_size else None
 
     return wait_until(done, timeout=timeout)
 
@@ -100,17 +104,16 @@ def test_usage_report_charts_render_with_axes_and_units(
 
 
 def test_usage_report_csv_downloads_with_a_totals_row_equal_to_the_rows(
-    console: Console, member_calls: list[str], download_dir: Path
+    console: Console, member_calls: list[str], own_downloads: Path
 ) -> None:
     from selenium.webdriver.common.by import By
 
     console.login("staff")
     console.open("/reports/?period=day&group_by=member")
-    started = time.time()
     console.wait(
         lambda d: d.find_element(By.CSS_SELECTOR, "[data-testid='csv-download']"), "CSV link"
     ).click()
-    path = _downloaded(download_dir, ".csv", started)
+    path = _downloaded(own_downloads)
     assert path.name.startswith("sluice-usage-member-")
     rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"))))
     header, body, totals = rows[0], rows[1:-1], rows[-1]
@@ -123,7 +126,7 @@ def test_usage_report_csv_downloads_with_a_totals_row_equal_to_the_rows(
 
 
 def test_call_explorer_csv_holds_the_members_own_calls_only(
-    console: Console, member_calls: list[str], download_dir: Path, console_people: People
+    console: Console, member_calls: list[str], own_downloads: Path, console_people: People
 ) -> None:
     from selenium.webdriver.common.by import By
 
@@ -137,9 +140,8 @@ def test_call_explorer_csv_holds_the_members_own_calls_only(
         "the member's calls",
     )
     assert set(member_calls) <= set(shown)
-    started = time.time()
     console.driver.find_element(By.CSS_SELECTOR, "[data-testid='csv-download']").click()
-    path = _downloaded(download_dir, ".csv", started)
+    path = _downloaded(own_downloads)
     assert path.name.startswith("sluice-calls-")
     text = path.read_text(encoding="utf-8-sig")
     for request_id in member_calls:

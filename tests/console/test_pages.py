@@ -289,3 +289,45 @@ def test_capacity_alert_banner_on_every_page(people, settings):
     client = _client(people, "member")
     for url in ("/", "/keys/", "/usage/", "/alerts/"):
         assert b'data-testid="capacity-alert" data-deployment="big"' in client.get(url).content
+
+
+def test_the_board_shows_live_slots_and_an_open_breaker(people):
+    """The board reads the shared deployment state (in process here, Redis with REDIS_URL):
+    a held slot shows as in flight, three capacity errors open the breaker."""
+    import asyncio
+
+    from routing.deployment_state import Result, deployment_state
+    from routing.selectors import limits_of
+    from routing.slot_policy import Claim
+
+    big = Deployment.objects.get(name="big")
+    limits = limits_of(big)
+    state = deployment_state()
+    batch = Claim("batch", member="m", estimate=1.0, wait=0.0)
+
+    async def hold_then_fail() -> None:
+        await state.reset("big")
+        await state.acquire("big", limits, "held-1", retry=False, claim=batch)
+        for i in range(3):
+            await state.acquire("big", limits, f"x-{i}", retry=False)
+            await state.release("big", limits, f"x-{i}", Result.CAPACITY)
+
+    asyncio.run(hold_then_fail())
+    try:
+        page = _client(people, "member").get("/board/").content.decode()
+        row = page[page.index('data-deployment="big"') :].split("</tr>")[0]
+        assert 'data-testid="in-flight">1 (1)' in row
+        assert "breaker-open" in row and "until" in row
+    finally:
+        asyncio.run(state.reset("big"))
+
+
+def test_team_admin_cannot_deactivate_or_demote_a_staff_member_of_their_team(people):
+    staff = people.users["staff"]
+    staff_member = Member.objects.create(user=staff, team=people.home, role="admin")
+    client = _client(people, "team_admin")
+    assert client.post(f"/members/{staff_member.pk}/deactivate/").status_code == 403
+    assert client.post(f"/members/{staff_member.pk}/", {"role": "member"}).status_code == 403
+    staff.refresh_from_db()
+    staff_member.refresh_from_db()
+    assert staff.is_active and staff_member.role == "admin"

@@ -248,6 +248,31 @@ def _landed_team_limit_cleared(people: People) -> bool:
     return limit is None or limit.requests_per_minute is None
 
 
+def _eve(people: People) -> Any:
+    from accounts.models import Member
+
+    return Member.objects.select_related("user").get(
+        user__username=people.email("member").replace("alice", "eve")
+    )
+
+
+def _landed_alice_admin(people: People) -> bool:
+    member = people.users["member"].member
+    member.refresh_from_db()
+    return member.role == "admin"
+
+
+def _landed_rival_renamed(people: People) -> bool:
+    people.rival.refresh_from_db()
+    return people.rival.name == "Renamed rival"
+
+
+def _landed_app_in_rival(people: People) -> bool:
+    from accounts.models import Application
+
+    return Application.objects.filter(slug="made-in-rival", team=people.rival).exists()
+
+
 def _landed_team(people: People) -> bool:
     from accounts.models import Team
 
@@ -348,6 +373,40 @@ ACTIONS = [
         _landed_member_in_rival,
     ),
     Action(
+        "deactivate eve (staff, a member of team home)",
+        "/members/{eve_id}/deactivate/",
+        {},
+        # A team admin may not lock out an admin of everything who sits in their team.
+        expect(403, other_team_admin=404, staff=DONE),
+        _lands("staff"),
+        lambda people: not _eve(people).user.is_active,
+    ),
+    Action(
+        "make alice a team admin",
+        "/members/{alice_id}/",
+        {"role": "admin"},
+        expect(403, team_admin=DONE, other_team_admin=404, staff=DONE),
+        _lands("team_admin", "staff"),
+        _landed_alice_admin,
+    ),
+    Action(
+        "rename team rival",
+        "/teams/{rival}/",
+        {"name": "Renamed rival", "time_zone": "UTC"},
+        expect(403, team_admin=404, other_team_admin=DONE, staff=DONE),
+        _lands("other_team_admin", "staff"),
+        _landed_rival_renamed,
+    ),
+    Action(
+        "create an application in team rival",
+        "/applications/new/",
+        {**APP_EDIT, "slug": "made-in-rival", "team": "{rival_id}"},
+        # tina's form offers only her own team: the form comes back with an error.
+        expect(403, team_admin=200, other_team_admin=DONE, staff=DONE),
+        _lands("other_team_admin", "staff"),
+        _landed_app_in_rival,
+    ),
+    Action(
         "create a team",
         "/teams/new/",
         {"slug": "made-by-test", "name": "Made by a test", "time_zone": "UTC"},
@@ -446,6 +505,9 @@ def people(db: None) -> People:
         enabled=False,
         drained_until=timezone.now() + timedelta(hours=1),
     )
+    eve = member_ensure(email=found.email("member").replace("alice", "eve"), team=found.home)
+    eve.user.is_staff = True
+    eve.user.save(update_fields=["is_staff"])
     dora = member_ensure(email=_dora(found), team=found.home)
     dora.user.is_active = False
     dora.user.save(update_fields=["is_active"])
@@ -497,6 +559,7 @@ def names(people: People) -> dict[str, str]:
         "carl_call": "req_perm_rival_member",
         "alice_id": str(people.users["member"].member.pk),
         "dora_id": str(Member.objects.get(user__username=_dora(people)).pk),
+        "eve_id": str(_eve(people).pk),
         "bob_id": str(people.users["member_peer"].member.pk),
         "carl_id": str(people.users["other_member"].member.pk),
         "home": people.home.slug,

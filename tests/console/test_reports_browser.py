@@ -39,14 +39,16 @@ def _testid(console: Console, testid: str) -> Any:
     return console.wait(lambda d: d.find_element(By.CSS_SELECTOR, selector), selector)
 
 
-def _downloaded(folder: Path, prefix: str, timeout: float = 15) -> Path:
+def _downloaded(folder: Path, prefix: str, before: set[Path], timeout: float = 15) -> Path:
+    """The file of `prefix` that appeared in `folder` since `before` (other tests download
+    into the same folder), once Chromium has finished writing it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = [p for p in folder.glob(f"{prefix}*.csv") if p.stat().st_size]
-        if done:
-            return max(done, key=lambda p: p.stat().st_mtime)
+        new = [p for p in folder.glob(f"{prefix}*.csv") if p not in before and p.stat().st_size]
+        if new:
+            return new[0]
         time.sleep(0.2)
-    raise AssertionError(f"no {prefix}*.csv downloaded into {folder}")
+    raise AssertionError(f"no new {prefix}*.csv downloaded into {folder}")
 
 
 def test_usage_report_draws_charts_and_downloads_its_csv(
@@ -59,8 +61,9 @@ def test_usage_report_draws_charts_and_downloads_its_csv(
     chart = _testid(console, "chart-calls")
     assert chart.size["width"] > 300 and chart.size["height"] > 80  # drawn, not blank
     assert "calls" in chart.text or chart.get_attribute("aria-label")
+    before = set(download_dir.iterdir())
     _testid(console, "csv-download").click()
-    path = _downloaded(download_dir, "sluice-usage-route")
+    path = _downloaded(download_dir, "sluice-usage-route", before)
     rows = list(csv.reader(path.open(encoding="utf-8")))
     assert rows[0][:2] == ["route", "calls"] and rows[-1][0] == "Total"
     assert int(rows[-1][1]) == sum(int(r[1]) for r in rows[1:-1])
@@ -84,8 +87,9 @@ def test_member_finds_the_call_and_reads_its_timeline(
     attempts = _testid(console, "attempts").text
     assert "big" in attempts and "capacity" in attempts and "small" in attempts
     console.open(f"/calls/?key={report_calls[0].key_prefix}")
+    before = set(download_dir.iterdir())
     _testid(console, "csv-download").click()
-    path = _downloaded(download_dir, "sluice-calls")
+    path = _downloaded(download_dir, "sluice-calls", before)
     rows = list(csv.reader(path.open(encoding="utf-8")))
     assert rows[0][0] == "request_id"
     assert {failed_over, report_calls[1].request_id} <= {r[0] for r in rows[1:]}

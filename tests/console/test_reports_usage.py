@@ -176,3 +176,13 @@ def test_percentile_interpolates_within_a_bucket():
     assert percentile_ms(hist, 0.5) == pytest.approx(375)
     assert percentile_ms([0] * 10, 0.5) is None
     assert percentile_ms([0] * 9 + [3], 0.95) == 60000
+
+
+def test_a_year_is_drawn_in_weeks_from_monday(people, traffic):
+    year = period_for(
+        period="custom", zone=BERLIN, now=NOW, since=date(2025, 12, 3), until=date(2026, 12, 2)
+    )
+    series = usage_series(viewer=viewer_for(people.users["staff"]), period=year)
+    assert series.unit == "week" and len(series.buckets) in (52, 53)
+    assert series.buckets[0].weekday() == 0 and series.buckets[0] <= year.start
+    assert sum(series.calls["small"]) == 24

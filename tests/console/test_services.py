@@ -359,3 +359,31 @@ def test_capacity_error_share_over_windows_and_the_alert(demo, settings):
     board = {row.name: row for row in deployment_board()}
     assert board["big"].alert and not board["small"].alert
     assert board["big"].breaker == "closed" and board["big"].configured_limit == 4
+
+
+def test_member_usage_adds_up_per_day_with_empty_days_kept(demo):
+    from quotas.models import UsageRollup
+    from quotas.selectors import member_usage
+
+    member = demo["member"]
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    for hour, calls in (
+        (today + timedelta(minutes=1), 2),
+        (today - timedelta(hours=3), 5),
+        (today - timedelta(hours=5), 1),
+        (today - timedelta(days=40), 9),
+    ):
+        UsageRollup.objects.create(
+            hour=hour.replace(minute=0),
+            key_prefix=f"k{calls}",
+            deployment="big",
+            member_id=member.pk,
+            requests=calls,
+            tokens_in=10 * calls,
+            cost="0.5",
+        )
+    days = member_usage(member=member, days=30)
+    assert len(days) == 30 and days[-1].day == today
+    assert (days[-1].calls, days[-1].tokens) == (2, 20)
+    assert (days[-2].calls, days[-2].tokens, days[-2].cost) == (6, 60, 1)
+    assert sum(d.calls for d in days) == 8  # the 40-day-old hour is outside
