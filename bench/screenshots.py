@@ -11,6 +11,7 @@ height). Debian's chromium and chromium-driver must be installed.
 """
 
 import argparse
+import base64
 import os
 import subprocess
 import sys
@@ -53,12 +54,18 @@ def shoot(console: Console, path: str, wait_for: str, out: Path) -> str:
             lambda d: d.find_elements(By.CSS_SELECTOR, f"[data-testid='{wait_for}']"),
             wait_for,
         )
-    height = console.driver.execute_script(
-        "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight);"
+    # The whole page, not only the window: Chromium renders beyond the viewport.
+    size = console.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    width, height = WINDOW[0], min(int(size["height"]), 6000)
+    shot = console.driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+        },
     )
-    console.driver.set_window_size(WINDOW[0], min(max(height, WINDOW[1]), 4000))
-    console.driver.save_screenshot(str(out))
-    console.driver.set_window_size(*WINDOW)
+    out.write_bytes(base64.b64decode(shot["data"]))
     return f"{out} ({height} px high)"
 
 

@@ -10,7 +10,8 @@ from html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, HEIGHT = 720, 240
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 44
+LEFT, RIGHT, BOTTOM = 64, 16, 44
+LEGEND_ROW = 16  # the legend sits above the plot, five entries a row
 # Colour-blind-safe (Okabe-Ito), repeated past eight series.
 MAX_MARKED_POINTS = 62  # up to two months of days get a dot (with a hover title) per value
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -55,7 +56,9 @@ def line_chart(
 ) -> SafeString:
     """Lines over time, one per series; None leaves a gap. `unit` is shown on the y axis
     ("calls", "tokens", "USD" or "%": shares 0..1)."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    top_margin = 8 + LEGEND_ROW * max(1, math.ceil(len(series) / 5))
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - top_margin - BOTTOM
+    bottom = top_margin + plot_h
     values = [v for line in series.values() for v in line if v is not None]
     top = (
         1.0
@@ -68,7 +71,7 @@ def line_chart(
         return LEFT + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
 
     def py(v: float) -> float:
-        return TOP + plot_h - plot_h * (v / top if top else 0)
+        return top_margin + plot_h - plot_h * (v / top if top else 0)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
@@ -85,8 +88,8 @@ def line_chart(
             f"{escape(_format(v, unit))}</text>"
         )
     parts.append(
-        f'<text x="12" y="{TOP + plot_h / 2:.1f}" class="axis-label" text-anchor="middle" '
-        f'transform="rotate(-90 12 {TOP + plot_h / 2:.1f})">{escape(unit)}</text>'
+        f'<text x="12" y="{top_margin + plot_h / 2:.1f}" class="axis-label" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top_margin + plot_h / 2:.1f})">{escape(unit)}</text>'
     )
     # X axis: about eight labels.
     every = max(1, round(n / 8))
@@ -102,8 +105,7 @@ def line_chart(
         f"({escape(zone or '')})</text>"
     )
     parts.append(
-        f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" y2="{TOP + plot_h}" '
-        'class="axis"/>'
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}" class="axis"/>'
     )
     for index, (name, line) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
@@ -127,7 +129,7 @@ def line_chart(
                     'stroke-width="2"/>'
                 )
         lx = LEFT + 8 + 130 * (index % 5)
-        ly = TOP + 10 + 14 * (index // 5)
+        ly = 14 + LEGEND_ROW * (index // 5)
         parts.append(
             f'<rect x="{lx}" y="{ly - 8}" width="10" height="10" fill="{colour}"/>'
             f'<text x="{lx + 14}" y="{ly + 1}" class="legend">{escape(name)}</text>'
