@@ -27,11 +27,9 @@ BATCH_COLUMNS = [
     Column("id", "Batch", "id"),
     Column("application", "Application", "application__slug"),
     Column("status", "Status", "status"),
-    Column("progress", "Progress"),
-    Column("total", "Lines", "total"),
+    Column("progress", "Progress (lines)", "total"),
     Column("window", "Window"),
     Column("created", "Created", "created_at"),
-    Column("expires", "Expires", "expires_at"),
     Column("files", "Files"),
     Column("actions", ""),
 ]
