@@ -27,6 +27,7 @@ from accounts.models import (
     Team,
 )
 from accounts.selectors import Viewer
+from accounts.windows import normalize_windows
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
@@ -134,6 +135,7 @@ _APP_FIELDS = (
     "max_tokens_ceiling",
     "clamp_max_tokens",
     "max_n",
+    "batch_windows",
 )
 MAX_KEY_DAYS = 3650
 MAX_GRACE = timedelta(days=30)
@@ -397,10 +399,22 @@ def _application_values(values: dict[str, Any]) -> dict[str, Any]:
         value = clean.get(name)
         if value is not None and not 1 <= value <= 10_000_000:
             raise AccountError(f"{name.replace('_', ' ')} must be between 1 and 10000000")
+    if "batch_windows" in clean:
+        clean["batch_windows"] = _windows(clean["batch_windows"])
     unknown = set(clean) - set(_APP_FIELDS)
     if unknown:
         raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")
     return clean
+
+
+def _windows(value: Any) -> str:
+    """The stored form of batch windows (accounts/windows.py), or a clear AccountError."""
+    if not isinstance(value, (str, list)):
+        raise AccountError("batch windows must be text such as 00:00-06:00 (or 'any')")
+    try:
+        return normalize_windows(value)
+    except ValueError as exc:
+        raise AccountError(str(exc)) from exc
 
 
 def application_create(
@@ -451,6 +465,29 @@ def application_update(
                 team_id=application.team_id,
                 before=before,
                 after=after,
+            )
+    return application
+
+
+def application_batch_windows_set(
+    *, actor: Actor, application: Application, windows: str
+) -> Application:
+    """When the application's batches may run (the Batch API's windows, in its team's time
+    zone): "00:00-06:00, ...", "any", or "" to follow the team. Setting the windows it
+    already has records nothing."""
+    clean = _windows(windows)
+    with transaction.atomic():
+        before = {"batch_windows": application.batch_windows}
+        if clean != application.batch_windows:
+            application.batch_windows = clean
+            application.save(update_fields=["batch_windows"])
+            admin_action_record(
+                actor=actor,
+                action="application.batch_windows",
+                obj=application,
+                team_id=application.team_id,
+                before=before,
+                after={"batch_windows": clean},
             )
     return application
 

@@ -3,10 +3,11 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 
-from accounts.models import Application
-from accounts.windows import effective_windows
+from accounts.models import ApiKey, Application
+from accounts.selectors import Viewer
+from accounts.windows import ANY, effective_windows, normalize_windows, parse_windows, window_open
 from batches.models import Batch, BatchFile, BatchLine
 
 ACTIVE = (
@@ -152,3 +153,127 @@ def unfinished_models(batch_id: str) -> list[str]:
         .values_list("model", flat=True)
         .distinct()
     )
+
+
+# --- the console: batches in a viewer's scope ---------------------------------------------
+
+
+def batches_visible_to(viewer: Viewer) -> QuerySet[Batch]:
+    """Staff: every batch; a team admin: their team's applications'; a member: the batches
+    made with their own keys. Out of scope is not found (404), as everywhere."""
+    qs = Batch.objects.select_related("application__team", "output_file", "error_file")
+    if viewer.is_staff:
+        return qs
+    if viewer.team_admin_of is not None:
+        return qs.filter(application__team_id=viewer.team_admin_of)
+    if viewer.member_id is not None:
+        own = ApiKey.objects.filter(member_id=viewer.member_id).values("prefix")
+        return qs.filter(key_prefix__in=own)
+    return qs.none()
+
+
+@dataclass(frozen=True)
+class BatchWindow:
+    """The windows a batch runs in (its application's, else its team's) and whether they
+    are open at the moment asked about."""
+
+    text: str  # "any" or "HH:MM-HH:MM, ..."
+    time_zone: str
+    open_now: bool
+    inherited: bool  # the team's windows (the application sets none)
+
+
+def window_of(application: Application, now: datetime) -> BatchWindow:
+    text = effective_windows(application.batch_windows, application.team.batch_windows)
+    try:
+        windows = parse_windows(text)
+    except ValueError:  # a stored value from before validation: the runner treats it as any
+        windows = ()
+    return BatchWindow(
+        text=normalize_windows(text) if windows else ANY,
+        time_zone=application.team.time_zone,
+        open_now=window_open(windows, application.team.time_zone, now),
+        inherited=not application.batch_windows.strip(),
+    )
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    batch: Batch
+    completed: int
+    failed: int
+    window: BatchWindow
+
+    @property
+    def finished(self) -> int:
+        return self.completed + self.failed
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.batch.total - self.finished)
+
+    @property
+    def percent(self) -> int:
+        """Completed + failed of total, 0-100 (rounded down, so 100 means every line)."""
+        total = self.batch.total
+        return min(100, self.finished * 100 // total) if total else 0
+
+    @property
+    def completed_percent(self) -> float:
+        return self.completed * 100 / self.batch.total if self.batch.total else 0.0
+
+    @property
+    def failed_percent(self) -> float:
+        return self.failed * 100 / self.batch.total if self.batch.total else 0.0
+
+    @property
+    def cancellable(self) -> bool:
+        return self.batch.status in (Batch.Status.VALIDATING, Batch.Status.IN_PROGRESS)
+
+
+def batch_rows(batches: list[Batch], now: datetime) -> list[BatchRow]:
+    """The request counts and window of each batch (one count query for the page)."""
+    counts = line_counts([b.id for b in batches])
+    windows: dict[int, BatchWindow] = {}
+    rows = []
+    for b in batches:
+        c = counts.get(b.id, {})
+        if b.application_id not in windows:
+            windows[b.application_id] = window_of(b.application, now)
+        rows.append(
+            BatchRow(b, c.get("completed", 0), c.get("failed", 0), windows[b.application_id])
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class LineOutcomes:
+    """What became of a batch's lines: per model, how many wait, run, answered, failed."""
+
+    model: str
+    pending: int
+    running: int
+    completed: int
+    failed: int
+    retried: int  # lines a runner took more than once (a lease ran out)
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.running + self.completed + self.failed
+
+
+def line_outcomes(batch_id: str) -> list[LineOutcomes]:
+    State = BatchLine.State
+    rows = (
+        BatchLine.objects.filter(batch_id=batch_id)
+        .values("model")
+        .annotate(
+            pending=Count("id", filter=Q(state=State.PENDING)),
+            running=Count("id", filter=Q(state=State.RUNNING)),
+            completed=Count("id", filter=Q(state=State.DONE, failed=False)),
+            failed=Count("id", filter=Q(state=State.DONE, failed=True)),
+            retried=Count("id", filter=Q(claims__gt=1)),
+        )
+        .order_by("model")
+    )
+    return [LineOutcomes(**r) for r in rows]

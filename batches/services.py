@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from accounts.authentication import Principal
 from accounts.models import Application
+from accounts.services import Actor, admin_action_record
 from batches.models import Batch, BatchFile, BatchLine
 from batches.storage import batch_storage, new_batch_id, new_file_id, storage_name
 from batches.validation import ENDPOINTS, check_lines, read_lines
@@ -149,14 +150,30 @@ def batch_create(
     )
 
 
-def batch_cancel(*, batch: Batch) -> Batch:
-    """Stops new lines at once; runners abandon the lines they run within a tick."""
+def batch_cancel(*, batch: Batch, actor: Actor | None = None) -> Batch:
+    """Stops new lines at once; runners abandon the lines they run within a tick. An
+    `actor` (the console) records the cancel in the admin actions log; a key cancelling its
+    own batch through /v1 is not an admin action."""
     if batch.status in (Status.CANCELLING, Status.CANCELLED):
         return batch
+    before = batch.status
     now = timezone.now()
-    moved = Batch.objects.filter(
-        pk=batch.pk, status__in=(Status.VALIDATING, Status.IN_PROGRESS)
-    ).update(status=Status.CANCELLING, cancelling_at=now)
+    with transaction.atomic():
+        moved = Batch.objects.filter(
+            pk=batch.pk, status__in=(Status.VALIDATING, Status.IN_PROGRESS)
+        ).update(status=Status.CANCELLING, cancelling_at=now)
+        if moved and actor is not None:
+            admin_action_record(
+                actor=actor,
+                action="batch.cancel",
+                obj=batch,
+                object_type="batch",
+                team_id=Application.objects.values_list("team_id", flat=True).get(
+                    pk=batch.application_id
+                ),
+                before={"status": before},
+                after={"status": Status.CANCELLING},
+            )
     batch.refresh_from_db()
     if not moved and batch.status not in (Status.CANCELLING, Status.CANCELLED):
         raise GatewayError(

@@ -40,7 +40,33 @@ SHOTS = [
     ("console-actions-log", "admin", "/actions/", "actions-table"),
     ("console-capacity-weather", "admin", "/reports/weather/", ""),
     ("console-usage-report", "admin", "/reports/?period=month&group_by=member", ""),
+    ("console-batches", "admin", "/batches/", "batches-table"),
+    ("console-batch", "admin", "/batches/batch_6a1f0c2e9d4b4e7f/", "line-outcomes"),
 ]
+# Batches in several states for the Batches page (written straight to the database: the
+# runner's own pace is bench/batch_spare.py's business), one application with a window.
+BATCH_SEED = """
+from django.utils import timezone
+from accounts.models import ApiKey, Application
+from batches.models import Batch, BatchFile
+from tests.console.batch_data import make_batch
+keys = ApiKey.objects.filter(revoked_at=None).select_related("application")
+key = keys.filter(application__slug="seed-north-chat").first()
+make_batch(key, "batch_6a1f0c2e9d4b4e7f", completed=412, failed=9, running=8, pending=571)
+done = make_batch(key, "batch_91be33d5c0e24a08", status="completed", completed=250, failed=3)
+for kind, size in (("output", 182_344), ("error", 2_115)):
+    f = BatchFile.objects.create(id=f"file-{kind}-91be33d5", application_id=key.application_id,
+        purpose="batch_output", filename=f"{done.id}_{kind}.jsonl", bytes=size,
+        storage_name="-", created_at=timezone.now())
+    setattr(done, f"{kind}_file", f)
+done.save()
+failed = make_batch(key, "batch_0f4e8a7b6c5d4e3f", status="failed")
+Batch.objects.filter(pk=failed.pk).update(total=120, errors=[{"code": "duplicate_custom_id",
+    "message": "custom_id 'q-17' is used on lines 17 and 42", "line": 42}])
+nightly = keys.filter(application__slug="seed-north-nightly").first() or key
+Application.objects.filter(pk=nightly.application_id).update(batch_windows="01:00-06:00")
+make_batch(nightly, "batch_2c7d90b13aa84f15", pending=2000)
+"""
 
 
 def shoot(console: Console, path: str, wait_for: str, out: Path) -> str:
@@ -106,6 +132,7 @@ def main() -> None:
             "set_limit", "member", EMAILS["member"], "--rpm", "120", "--daily-tokens", "5000000"
         )
         s.manage("drain", "medium", "--minutes", "30")
+        s.manage("shell", "-c", BATCH_SEED)
         try:
             key = s.issue_key(EMAILS["member"], "seed-north-chat")
         except subprocess.CalledProcessError as exc:

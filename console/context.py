@@ -21,6 +21,7 @@ def _nav(role: str) -> list[tuple[str, str, str]]:
         ("console:report_usage", "Reports", "nav-reports"),
         ("console:calls", "Calls", "nav-calls"),
     ]
+    items.append(("console:batches", "Batches", "nav-batches"))
     items.append(("console:limits", "Limits", "nav-limits"))
     if role in ("admin", "team_admin"):
         items += [

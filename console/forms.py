@@ -10,6 +10,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import QuerySet
 
 from accounts.models import Application, Fallback, Member, PriorityClass, Team
+from accounts.windows import normalize_windows
 from routing.models import Route
 
 MAX_KEY_DAYS = 3650
@@ -137,6 +138,20 @@ class ApplicationForm(forms.Form):
         required=False, initial=True, label="Clamp max_tokens to the ceiling (else refuse)"
     )
     max_n = forms.IntegerField(min_value=1, max_value=10_000_000, required=False, label="Max n")
+    batch_windows = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Batch windows",
+        help_text="When its batches (Batch API) may run, in its team's time zone: "
+        '"00:00-06:00" (several comma separated, across midnight allowed), "any", or blank '
+        "to follow the team.",
+    )
+
+    def clean_batch_windows(self) -> str:
+        try:
+            return normalize_windows(self.cleaned_data.get("batch_windows", ""))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def __init__(
         self, *args: Any, teams: QuerySet[Team], editing: bool = False, **kwargs: Any

@@ -10,6 +10,7 @@ from console import (
     views_limits,
     views_reports,
 )
+from console import views_batches as batches
 from console import views_people as people
 from console.forms import LoginForm
 
@@ -93,7 +94,11 @@ urlpatterns = [
     path("reports/", views_reports.usage_report_view, name="report_usage"),
     path("reports/served/", views_reports.served_view, name="report_served"),
     path("reports/weather/", views_reports.weather_view, name="report_weather"),
+    path("reports/weather/use/", batches.weather_window_use, name="weather_window_use"),
     path("calls/", views_calls.call_list, name="calls"),
     path("calls/export.csv", views_calls.call_export, name="calls_export"),
     path("calls/<str:request_id>/", views_calls.call_detail, name="call_detail"),
+    path("batches/", batches.batch_list, name="batches"),
+    path("batches/<str:batch_id>/", batches.batch_detail, name="batch_detail"),
+    path("batches/<str:batch_id>/cancel/", batches.batch_cancel_view, name="batch_cancel"),
 ]

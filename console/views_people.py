@@ -223,6 +223,7 @@ def application_edit_view(request: HttpRequest, slug: str) -> HttpResponse:
         "max_tokens_ceiling": app.max_tokens_ceiling,
         "clamp_max_tokens": app.clamp_max_tokens,
         "max_n": app.max_n,
+        "batch_windows": app.batch_windows,
     }
     form = ApplicationForm(
         request.POST if request.method == "POST" else None,

@@ -16,6 +16,7 @@ from accounts.selectors import Viewer, applications_visible_to, teams_visible_to
 from console.access import console_view, viewer_of
 from console.charts import heat_colour, line_chart
 from console.csv_export import csv_response
+from console.views_batches import window_applications
 from quotas.usage_report import (
     COLUMNS,
     GROUPS,
@@ -254,5 +255,6 @@ def weather_view(request: HttpRequest) -> HttpResponse:
         "hours": hours,
         "zone": zone,
         "hour_labels": [f"{h:02d}" for h in range(24)],
+        "window_apps": list(window_applications(viewer)[:200]),  # "Use for <application>"
     }
     return render(request, "console/reports/weather.html", context)

@@ -175,6 +175,25 @@ PAGES = [
     Page("/calls/export.csv", EVERYONE, shows=CALLS_SHOWN, hides=CALLS_HIDDEN),
     Page("/calls/{alice_call}/", expect(200, other_member=404, other_team_admin=404)),
     Page("/calls/{carl_call}/", expect(200, member=404, team_admin=404)),
+    # Issue 15: batches (a member: their own keys' batches; a team admin: their team's).
+    Page(
+        "/batches/",
+        EVERYONE,
+        shows={
+            "member": ("{alice_batch}",),
+            "team_admin": ("{alice_batch}", "{bob_batch}"),
+            "other_team_admin": ("{carl_batch}",),
+            "staff": ("{alice_batch}", "{bob_batch}", "{carl_batch}"),
+        },
+        hides={
+            "member": ("{bob_batch}", "{carl_batch}"),
+            "other_member": ("{alice_batch}", "{bob_batch}"),
+            "team_admin": ("{carl_batch}",),
+            "other_team_admin": ("{alice_batch}", "{bob_batch}"),
+        },
+    ),
+    Page("/batches/{alice_batch}/", expect(200, other_member=404, other_team_admin=404)),
+    Page("/batches/{carl_batch}/", expect(200, member=404, team_admin=404)),
     Page(
         "/actions/",
         MANAGERS,
@@ -283,6 +302,23 @@ def _landed_member_in_rival(people: People) -> bool:
     from accounts.models import Member
 
     return Member.objects.filter(user__email="newbie@example.com", team=people.rival).exists()
+
+
+def _landed_batch_cancelled(batch_id: str) -> Callable[[People], bool]:
+    def landed(people: People) -> bool:
+        from batches.models import Batch
+
+        return Batch.objects.get(pk=batch_id).status == Batch.Status.CANCELLING
+
+    return landed
+
+
+def _landed_app_windows(windows: str) -> Callable[[People], bool]:
+    def landed(people: People) -> bool:
+        people.home_app.refresh_from_db()
+        return people.home_app.batch_windows == windows
+
+    return landed
 
 
 @dataclass(frozen=True)
@@ -479,6 +515,30 @@ ACTIONS = [
         _landed_team_limit_cleared,
     ),
     Action(
+        "cancel bob's batch (alice's team-mate)",
+        "/batches/{bob_batch}/cancel/",
+        {},
+        expect(404, team_admin=DONE, staff=DONE),
+        _lands("team_admin", "staff"),
+        _landed_batch_cancelled("batch_perm_bob"),
+    ),
+    Action(
+        "cancel carl's batch (team rival)",
+        "/batches/{carl_batch}/cancel/",
+        {},
+        expect(404, other_member=DONE, other_team_admin=DONE, staff=DONE),
+        _lands("other_member", "other_team_admin", "staff"),
+        _landed_batch_cancelled("batch_perm_carl"),
+    ),
+    Action(
+        "use the weather's batch window for team home's application",
+        "/reports/weather/use/",
+        {"application": "{home_app_id}", "start_hour": "1", "hours": "5", "zone": "UTC"},
+        expect(403, team_admin=DONE, other_team_admin=404, staff=DONE),
+        _lands("team_admin", "staff"),
+        _landed_app_windows("01:00-06:00"),
+    ),
+    Action(
         "upload a config (dry run)",
         "/config/upload/",
         {"text": "[[teams]]\nslug = 'from-upload'\nname = 'x'\n"},
@@ -541,6 +601,10 @@ def people(db: None) -> People:
             requests=3,
         )
     Limit.objects.create(scope="team", team=found.home, requests_per_minute=1000)
+    from tests.console.batch_data import make_batch
+
+    for label, name in (("member", "alice"), ("member_peer", "bob"), ("rival_member", "carl")):
+        make_batch(found.keys[label], f"batch_perm_{name}", completed=1, pending=1)
     return found
 
 
@@ -568,6 +632,9 @@ def names(people: People) -> dict[str, str]:
         "home_app": people.home_app.slug,
         "home_app_id": str(people.home_app.pk),
         "rival_app": people.rival_app.slug,
+        "alice_batch": "batch_perm_alice",
+        "bob_batch": "batch_perm_bob",
+        "carl_batch": "batch_perm_carl",
         "dep": "perm-dep",
         "drained_dep": "perm-drained",
     }
