@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
 from accounts.models import (
+    MAX_CACHE_TTL_SECONDS,
     AdminAction,
     ApiKey,
     Application,
@@ -134,6 +135,7 @@ _APP_FIELDS = (
     "max_tokens_ceiling",
     "clamp_max_tokens",
     "max_n",
+    "cache_ttl_seconds",
 )
 MAX_KEY_DAYS = 3650
 MAX_GRACE = timedelta(days=30)
@@ -397,6 +399,9 @@ def _application_values(values: dict[str, Any]) -> dict[str, Any]:
         value = clean.get(name)
         if value is not None and not 1 <= value <= 10_000_000:
             raise AccountError(f"{name.replace('_', ' ')} must be between 1 and 10000000")
+    ttl = clean.get("cache_ttl_seconds")
+    if ttl is not None and not 0 <= ttl <= MAX_CACHE_TTL_SECONDS:
+        raise AccountError(f"cache ttl seconds must be between 0 and {MAX_CACHE_TTL_SECONDS}")
     unknown = set(clean) - set(_APP_FIELDS)
     if unknown:
         raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")

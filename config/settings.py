@@ -155,6 +155,10 @@ SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 
 SLUICE_WAIT_INTERACTIVE = float(os.environ.get("SLUICE_WAIT_INTERACTIVE", 5))
 SLUICE_WAIT_BATCH = float(os.environ.get("SLUICE_WAIT_BATCH", 120))
 SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
+# The response cache (routing/response_cache.py, opt-in per application): the bytes it may
+# hold in all (least recently used out first) and the largest answer it stores.
+SLUICE_CACHE_MAX_BYTES = int(os.environ.get("SLUICE_CACHE_MAX_BYTES", 64 * 1024 * 1024))
+SLUICE_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("SLUICE_CACHE_MAX_ENTRY_BYTES", 1024 * 1024))
 # How often the console's capacity board refreshes itself (seconds).
 SLUICE_CONSOLE_REFRESH_SECONDS = float(os.environ.get("SLUICE_CONSOLE_REFRESH_SECONDS", 5))
 # Audit retention: `manage.py prune_audit` deletes calls older than this many days when no

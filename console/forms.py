@@ -9,7 +9,14 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import QuerySet
 
-from accounts.models import Application, Fallback, Member, PriorityClass, Team
+from accounts.models import (
+    MAX_CACHE_TTL_SECONDS,
+    Application,
+    Fallback,
+    Member,
+    PriorityClass,
+    Team,
+)
 from routing.models import Route
 
 MAX_KEY_DAYS = 3650
@@ -137,6 +144,18 @@ class ApplicationForm(forms.Form):
         required=False, initial=True, label="Clamp max_tokens to the ceiling (else refuse)"
     )
     max_n = forms.IntegerField(min_value=1, max_value=10_000_000, required=False, label="Max n")
+    cache_ttl_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_CACHE_TTL_SECONDS,
+        required=False,
+        initial=0,
+        label="Response cache (seconds)",
+        help_text="Answer identical deterministic requests (temperature 0 or a seed, no tools) "
+        "from the cache for this long; 0 or blank: off.",
+    )
+
+    def clean_cache_ttl_seconds(self) -> int:
+        return self.cleaned_data.get("cache_ttl_seconds") or 0
 
     def __init__(
         self, *args: Any, teams: QuerySet[Team], editing: bool = False, **kwargs: Any

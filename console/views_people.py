@@ -213,6 +213,7 @@ def application_edit_view(request: HttpRequest, slug: str) -> HttpResponse:
         "max_tokens_ceiling": app.max_tokens_ceiling,
         "clamp_max_tokens": app.clamp_max_tokens,
         "max_n": app.max_n,
+        "cache_ttl_seconds": app.cache_ttl_seconds,
     }
     form = ApplicationForm(
         request.POST if request.method == "POST" else None,

@@ -165,6 +165,12 @@ class CallRecord(models.Model):
         max_length=40, blank=True, db_index=True, help_text="The batch this call was a line of."
     )
     custom_id = models.CharField(max_length=200, blank=True, help_text="The batch line's id.")
+    cache = models.CharField(
+        max_length=8,
+        blank=True,
+        help_text="The response cache: hit (answered from it, no upstream attempt), miss or "
+        "bypass; blank when the application has no cache.",
+    )
     client_protocol = models.CharField(
         max_length=16, default="openai", help_text="The protocol the client spoke."
     )

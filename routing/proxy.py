@@ -29,7 +29,9 @@ from routing.grant_listener import listen_for_changes
 from routing.payloads import ClientRequest, Endpoint
 from routing.policy import deadline_for, fallback_for
 from routing.protocols import OPENAI, ClientProtocol, TranslatedStream
+from routing.protocols.anthropic_upstream import check_request
 from routing.relay import OpenStream, StreamRelay, settle_usage
+from routing.response_cache import HIT, cache_lookup, cache_store
 from routing.slot_policy import claim_for
 from routing.upstream import account_headers, passed_back
 
@@ -67,6 +69,7 @@ async def serve(
         client_request.account_headers = account_headers(request.headers)
         call.requested_model, call.stream = client_request.model, client_request.stream
         route = await _route_for(principal, client_request.model)
+        check_request(route, client_request)  # what an Anthropic deployment cannot take
         call.priority = priority_for(
             application_default=principal.default_priority,
             requested=request.headers.get("x-sluice-priority"),
@@ -78,11 +81,19 @@ async def serve(
         deadline = deadline_for(route.policy, request.headers.get("x-sluice-max-wait"))
         enforce_ceilings(principal, client_request)
         call.quota = await admit(principal, client_request, route, request, call.request_id)
+        cache = await cache_lookup(
+            ttl=principal.cache_ttl_seconds,
+            application_id=principal.application_id,
+            route=route,
+            request=client_request,
+            cache_control=request.headers.get("cache-control"),
+        )
+        call.cache = cache.status
         claim = claim_for(
             priority=call.priority, member=str(principal.member_id), raw_size=len(request.body)
         )
         walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
-        result = await walk.run()
+        result = cache.answer or await walk.run()  # a hit: no slot, no upstream attempt
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
         complete(call)
@@ -115,7 +126,8 @@ async def serve(
 
     call.served_deployment = result.deployment.name
     call.upstream_protocol = result.deployment.upstream.kind
-    call.fell_back = bool(route.chain) and result.deployment.name != route.chain[0].name
+    first = route.chain[0].name if route.chain else None
+    call.fell_back = call.cache != HIT and first is not None and result.deployment.name != first
     if isinstance(result, OpenStream):
         relay = StreamRelay(call, result, client_request)
         translator = protocol.stream(client_request)
@@ -127,7 +139,9 @@ async def serve(
 
     content = result.body
     if result.payload is not None:
-        settle_usage(call, result.deployment, result.payload.get("usage"))
+        if call.cache != HIT:  # an answer from the cache used no tokens
+            settle_usage(call, result.deployment, result.payload.get("usage"))
+        await cache_store(cache, result)
         call.upstream_model = str(result.payload.get("model") or "")
         call.finish(outcome=Outcome.SUCCESS, status=200)
         if protocol.translates:
@@ -204,6 +218,8 @@ def _stamp(
     response["X-Sluice-Served-Model"] = call.served_deployment
     response["X-Sluice-Attempts"] = str(call.attempt_count)
     response["X-Sluice-Queue-Ms"] = str(round(call.queue_ms or 0))
+    if call.cache:
+        response["X-Sluice-Cache"] = call.cache
     if call.quota is not None:
         for name, value in call.quota.headers.items():
             response[name] = value
