@@ -8,6 +8,7 @@ urlpatterns = [
     path("v1/chat/completions", views.chat_completions),
     path("v1/completions", views.completions),
     path("v1/embeddings", views.embeddings),
+    path("v1/responses", views.responses),
     path("v1/models", views.models_list),
     path("v1/models/<path:name>", views.model_detail),
     path("", include("batches.urls")),  # /v1/files, /v1/batches
