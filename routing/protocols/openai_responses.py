@@ -381,6 +381,15 @@ def usage_to_responses(usage: Any) -> dict[str, Any] | None:
     }
 
 
+def _created(value: Any) -> float:
+    """The upstream's timestamp (0 included), or now when it gave none."""
+    return (
+        value
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else int(time.time())
+    )
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -501,7 +510,7 @@ def chat_to_response(payload: dict[str, Any], echo: Echo) -> dict[str, Any]:
         )
     return response_object(
         suffix=suffix,
-        created=payload.get("created") or int(time.time()),
+        created=_created(payload.get("created")),
         echo=echo,
         model=str(payload.get("model") or ""),
         output=output,
@@ -583,7 +592,8 @@ class ChatToResponsesStream:
         self.started = False
         self.failed = False
         self.output: list[dict[str, Any]] = []  # items done
-        self.text: str | None = None  # the open message item's text (None: none open)
+        # The open message item's parts, (type, text) in order (None: no message open).
+        self.parts: list[tuple[str, str]] | None = None
         self.calls: dict[int, dict[str, Any]] = {}  # chat tool call index → open call item
         self.call_index: dict[int, int] = {}  # chat tool call index → output index
         self.finish: str | None = None
@@ -610,7 +620,7 @@ class ChatToResponsesStream:
     def _start(self, chunk: dict[str, Any]) -> bytes:
         self.started = True
         self.suffix = _suffix(chunk.get("id"))
-        self.created = chunk.get("created") or int(time.time())
+        self.created = _created(chunk.get("created"))
         self.model = str(chunk.get("model") or "")
         response = self._response("in_progress")
         return self._event("response.created", response=response) + self._event(
@@ -621,27 +631,22 @@ class ChatToResponsesStream:
         return f"msg_{self.suffix}"
 
     def _close_message(self) -> bytes:
-        if self.text is None:
+        if self.parts is None:
             return b""
-        text, self.text = self.text, None
+        parts, self.parts = self.parts, None
         index, item_id = len(self.output), self._message_id()
-        part = _text_part(text)
-        out = self._event(
-            "response.output_text.done",
-            item_id=item_id,
-            output_index=index,
-            content_index=0,
-            text=text,
-            logprobs=[],
-        )
-        out += self._event(
-            "response.content_part.done",
-            item_id=item_id,
-            output_index=index,
-            content_index=0,
-            part=part,
-        )
-        item = _message_item(item_id, [part], "completed")
+        out, done = b"", []
+        for number, (kind, text) in enumerate(parts):
+            where = {"item_id": item_id, "output_index": index, "content_index": number}
+            if kind == "output_text":
+                part = _text_part(text)
+                out += self._event("response.output_text.done", **where, text=text, logprobs=[])
+            else:
+                part = {"type": "refusal", "refusal": text}
+                out += self._event("response.refusal.done", **where, refusal=text)
+            out += self._event("response.content_part.done", **where, part=part)
+            done.append(part)
+        item = _message_item(item_id, done, "completed")
         self.output.append(item)
         return out + self._event("response.output_item.done", output_index=index, item=item)
 
@@ -662,33 +667,34 @@ class ChatToResponsesStream:
             self.output.append(item)
         return out
 
-    def _text_delta(self, text: str) -> bytes:
+    def _part_delta(self, kind: str, text: str) -> bytes:
+        """Text or refusal for the message item (opened on the first), one part each."""
         out = b""
-        if self.text is None:
+        index, item_id = len(self.output), self._message_id()
+        if self.parts is None:
             out += self._close_calls()
-            self.text = ""
-            index, item_id = len(self.output), self._message_id()
-            out += self._event(
-                "response.output_item.added",
-                output_index=index,
-                item=_message_item(item_id, [], "in_progress"),
-            )
+            index = len(self.output)
+            self.parts = []
+            item = _message_item(item_id, [], "in_progress")
+            out += self._event("response.output_item.added", output_index=index, item=item)
+        kinds = [k for k, _ in self.parts]
+        if kind not in kinds:
+            self.parts.append((kind, ""))
+            kinds.append(kind)
+            part = _text_part("") if kind == "output_text" else {"type": "refusal", "refusal": ""}
             out += self._event(
                 "response.content_part.added",
                 item_id=item_id,
                 output_index=index,
-                content_index=0,
-                part=_text_part(""),
+                content_index=len(kinds) - 1,
+                part=part,
             )
-        self.text += text
-        return out + self._event(
-            "response.output_text.delta",
-            item_id=self._message_id(),
-            output_index=len(self.output),
-            content_index=0,
-            delta=text,
-            logprobs=[],
-        )
+        number = kinds.index(kind)
+        self.parts[number] = (kind, self.parts[number][1] + text)
+        where = {"item_id": item_id, "output_index": index, "content_index": number}
+        if kind == "output_text":
+            return out + self._event("response.output_text.delta", **where, delta=text, logprobs=[])
+        return out + self._event("response.refusal.delta", **where, delta=text)
 
     def _call_delta(self, call: dict[str, Any]) -> bytes:
         out = b""
@@ -737,7 +743,9 @@ class ChatToResponsesStream:
                 continue
             delta = choice.get("delta") or {}
             if delta.get("content"):
-                out += self._text_delta(delta["content"])
+                out += self._part_delta("output_text", delta["content"])
+            if delta.get("refusal"):
+                out += self._part_delta("refusal", delta["refusal"])
             for call in delta.get("tool_calls") or ():
                 out += self._call_delta(call)
             if choice.get("finish_reason"):
