@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import GatewayError
+from routing.classify import ErrorClass, classify_status
 from routing.protocols.anthropic_messages import (
     ChatToMessagesStream,
     MessagesToChatStream,
@@ -685,3 +686,36 @@ def _chat_meaning(chat: dict) -> dict:
 def test_a_chat_request_there_and_back_keeps_its_meaning(body):
     chat = messages_to_chat(body)
     assert _chat_meaning(messages_to_chat(chat_to_messages(chat))) == _chat_meaning(chat)
+
+
+def _anthropic_error(kind: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "message", "error_class"),
+    [
+        (529, "overloaded_error", "Overloaded", ErrorClass.CAPACITY),
+        (503, "api_error", "Service unavailable", ErrorClass.CAPACITY),
+        (
+            429,
+            "rate_limit_error",
+            "Number of requests exceeds your rate limit",
+            ErrorClass.RATE_LIMIT,
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "prompt is too long: 210000 tokens",
+            ErrorClass.CONTEXT_LENGTH,
+        ),
+        (400, "invalid_request_error", "max_tokens: must be positive", ErrorClass.BAD_REQUEST),
+        (401, "authentication_error", "invalid x-api-key", ErrorClass.AUTH_CONFIG),
+        (404, "not_found_error", "model: claude-nope", ErrorClass.AUTH_CONFIG),
+        (500, "api_error", "Internal server error", ErrorClass.SERVER_ERROR),
+    ],
+)
+def test_anthropic_errors_fall_in_their_class(status, kind, message, error_class):
+    """As the chain sees them: the Anthropic body read through error_to_chat."""
+    body = error_to_chat(status, _anthropic_error(kind, message))
+    assert classify_status(status, body) is error_class
