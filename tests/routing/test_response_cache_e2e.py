@@ -146,3 +146,28 @@ def test_hits_count_towards_request_limits(gateway, cached_key, call_record):
     refused = post(gateway, key, temperature=0)
     assert refused.status_code == 429
     assert call_record(refused.headers["x-sluice-request-id"]).outcome == "rate_limited"
+
+
+def test_the_responses_api_shares_the_entry_and_gets_the_hit_in_its_own_shape(
+    gateway, cached_key, call_record
+):
+    key = cached_key()
+    chat = post(gateway, key, temperature=0)
+    assert chat.headers["x-sluice-cache"] == "miss"
+    response = httpx.post(
+        f"{gateway.url}/v1/responses",
+        headers={"authorization": f"Bearer {key}"},
+        json={"model": "secret", "input": MESSAGES[0]["content"], "temperature": 0},
+        timeout=30,
+    )
+    assert response.status_code == 200 and response.headers["x-sluice-cache"] == "hit"
+    body = response.json()
+    assert body["object"] == "response"
+    text = body["output"][0]["content"][0]["text"]
+    assert text == chat.json()["choices"][0]["message"]["content"]
+    record = call_record(response.headers["x-sluice-request-id"])
+    assert (record.cache, record.client_protocol, record.attempt_count) == (
+        "hit",
+        "openai-responses",
+        0,
+    )
