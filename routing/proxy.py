@@ -22,6 +22,7 @@ from core.outcomes import Outcome
 from quotas.admission import admit, enforce_ceilings
 from quotas.priority import priority_for
 from routing.audit import CallLog, new_request_id
+from routing.cache_replay import replay
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
@@ -136,6 +137,14 @@ async def serve(
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _stamp(response, call, passed_back(result.response.headers))
+    if call.cache == HIT and client_request.stream:  # a stored answer, replayed as a stream
+        call.upstream_model = str((result.payload or {}).get("model") or "")
+        call.finish(outcome=Outcome.SUCCESS, status=200)
+        complete(call)
+        replayed = replay(result.payload or {}, client_request, protocol.stream(client_request))
+        response = StreamingHttpResponse(replayed, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return _stamp(response, call)
 
     content = result.body
     if result.payload is not None:

@@ -4,7 +4,8 @@ Opt-in per application (`cache_ttl_seconds`). The key is a hash of the route, th
 application and the canonical request body (keys sorted, the stream flags left out), so
 an answer is never shared across applications. Only deterministic requests are cached:
 temperature 0 or a `seed` (embeddings always), no tools or functions declared (Sluice cannot
-tell which have side effects), not streamed; every other request goes upstream.
+tell which have side effects); every other request goes upstream. Answers are stored from
+non-streamed calls; a streamed request that hits is replayed (routing/cache_replay.py).
 
 One interface, two backends: an LRU in process (no REDIS_URL) and Redis (shared by every
 worker), both capped in bytes. A cache that fails is a miss, never a failed call.
@@ -55,7 +56,7 @@ def wanted(request: ClientRequest, cache_control: str | None) -> bool:
     """Whether this request may be answered from the cache (and its answer stored)."""
     if cache_control and "no-cache" in cache_control.lower():
         return False
-    return not request.stream and deterministic(request)
+    return deterministic(request)  # a stream is answered from a stored whole answer
 
 
 def cache_key(*, route: str, application_id: int, request: ClientRequest) -> str:

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from routing.cache_replay import replay
 from routing.payloads import Endpoint, parse_request
 from routing.response_cache import (
     CachedAnswer,
@@ -47,11 +48,52 @@ def test_embeddings_are_always_deterministic():
     assert deterministic(request)
 
 
-def test_streams_and_no_cache_bypass_the_cache():
+def test_no_cache_bypasses_the_cache_and_streams_may_be_replayed():
     assert wanted(chat(temperature=0), None)
     assert not wanted(chat(temperature=0), "no-cache")
     assert not wanted(chat(temperature=0), "max-age=0, No-Cache")
-    assert not wanted(chat(temperature=0, stream=True), None)
+    assert wanted(chat(temperature=0, stream=True), None)
+    key = cache_key(route="fast", application_id=1, request=chat(temperature=0))
+    streamed = chat(temperature=0, stream=True, stream_options={"include_usage": True})
+    assert cache_key(route="fast", application_id=1, request=streamed) == key
+
+
+async def test_a_replayed_stream_adds_up_to_the_stored_answer():
+    answer = {
+        "id": "chatcmpl-1",
+        "created": 3,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Hi",
+                    "tool_calls": [
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+    request = chat(temperature=0, stream=True, stream_options={"include_usage": True})
+    raw = b"".join([part async for part in replay(answer, request, None)])
+    events = [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["content"] == "Hi"
+    assert chunks[0]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
+    assert chunks[1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[2] == {**chunks[2], "choices": [], "usage": answer["usage"]}
+    without_usage = chat(temperature=0, stream=True)
+    raw = b"".join([part async for part in replay(answer, without_usage, None)])
+    assert b'"usage"' not in raw
 
 
 def test_the_key_is_canonical_and_per_route_and_application():

@@ -103,9 +103,8 @@ def test_answers_are_never_shared_across_applications(gateway, cached_key, simul
             {},
         ),
         ({"temperature": 0}, {"cache-control": "no-cache"}),
-        ({"temperature": 0, "stream": True}, {}),
     ],
-    ids=["sampled", "default-temperature", "tools", "no-cache", "stream"],
+    ids=["sampled", "default-temperature", "tools", "no-cache"],
 )
 def test_other_requests_always_go_upstream(
     gateway, cached_key, call_record, simulator, body, headers
@@ -171,3 +170,46 @@ def test_the_responses_api_shares_the_entry_and_gets_the_hit_in_its_own_shape(
         "openai-responses",
         0,
     )
+
+
+def test_a_streamed_request_is_replayed_from_a_stored_answer(gateway, cached_key, call_record):
+    key = cached_key()
+    client = OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    # A stream that misses stores nothing (only whole answers are kept).
+    streamed = client.chat.completions.with_raw_response.create(
+        model="secret", messages=MESSAGES, temperature=0, stream=True
+    )
+    assert streamed.headers["x-sluice-cache"] == "miss"
+    list(streamed.parse())
+    whole = post(gateway, key, temperature=0)
+    assert whole.headers["x-sluice-cache"] == "miss"
+    answer = whole.json()
+
+    raw = client.chat.completions.with_raw_response.create(
+        model="secret",
+        messages=MESSAGES,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    assert raw.headers["x-sluice-cache"] == "hit" and raw.headers["x-sluice-attempts"] == "0"
+    chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == answer["choices"][0]["message"]["content"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.total_tokens == answer["usage"]["total_tokens"]
+    record = call_record(raw.headers["x-sluice-request-id"])
+    assert (record.cache, record.stream, record.attempt_count, record.tokens_out) == (
+        "hit",
+        True,
+        0,
+        0,
+    )
+
+    events = list(
+        OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0).responses.create(
+            model="secret", input=MESSAGES[0]["content"], temperature=0, stream=True
+        )
+    )
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == text
