@@ -130,8 +130,6 @@ def _user_turn(content: Any, param: str) -> list[dict[str, Any]]:
             )
         else:
             raise untranslatable(where, f"content blocks of type {kind!r} are not translated")
-    if tools and parts and any(p["type"] != "text" for p in parts):
-        pass  # images next to tool results go in the user message that follows them
     return tools + ([{"role": "user", "content": parts}] if parts else [])
 
 
