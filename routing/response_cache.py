@@ -170,9 +170,10 @@ class LocalResponseCache:
             self._bytes -= len(entry[1])
 
 
-# Entries expire on their own (SET PX); an index (sorted by last use) and the sizes let the
-# script evict the least recently used past the cap, and forget entries that expired.
-# KEYS: entry, index, sizes, total. ARGV: key, value, ttl ms, cap bytes, now ms.
+# Entries expire on their own (SET PX); an index (sorted by last use: a counter, not the
+# clock, so uses within one millisecond keep their order) and the sizes let the script
+# evict the least recently used past the cap, and forget entries that expired.
+# KEYS: entry, index, sizes, total, use counter. ARGV: key, value, ttl ms, cap bytes.
 _PUT = """
 local size = string.len(ARGV[2])
 local old = redis.call('HGET', KEYS[3], ARGV[1])
@@ -182,7 +183,7 @@ end
 local total = redis.call('INCRBY', KEYS[4], size)
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[1], size)
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[5]), ARGV[1])
 local cap = tonumber(ARGV[4])
 local prefix = string.sub(KEYS[1], 1, string.len(KEYS[1]) - string.len(ARGV[1]))
 while total > cap do
@@ -198,11 +199,11 @@ end
 return total
 """
 
-# KEYS: entry, index, sizes, total. ARGV: key, now ms. An expired entry is forgotten.
+# KEYS: entry, index, sizes, total, use counter. ARGV: key. An expired entry is forgotten.
 _GET = """
 local value = redis.call('GET', KEYS[1])
 if value then
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[5]), ARGV[1])
   return value
 end
 local bytes = redis.call('HGET', KEYS[3], ARGV[1])
@@ -230,6 +231,7 @@ class RedisResponseCache:
             f"{self.base}:index",
             f"{self.base}:sizes",
             f"{self.base}:total",
+            f"{self.base}:uses",
         ]
 
     def _script(self, name: str) -> Any:
@@ -244,7 +246,7 @@ class RedisResponseCache:
 
     async def get(self, key: str) -> CachedAnswer | None:
         try:
-            raw = await self._script("get")(keys=self._keys(key), args=[key, _now_ms()])
+            raw = await self._script("get")(keys=self._keys(key), args=[key])
         except (RedisError, OSError) as exc:
             log.warning("response cache unavailable (%s): a miss", type(exc).__name__)
             return None
@@ -254,7 +256,7 @@ class RedisResponseCache:
         raw = _pack(answer)
         if len(raw) > self.max_entry_bytes or ttl <= 0:
             return
-        args = [key, raw, max(1, int(ttl * 1000)), self.max_bytes, _now_ms()]
+        args = [key, raw, max(1, int(ttl * 1000)), self.max_bytes]
         try:
             await self._script("put")(keys=self._keys(key), args=args)
         except (RedisError, OSError) as exc:
@@ -265,10 +267,6 @@ class RedisResponseCache:
         names = [name async for name in client.scan_iter(match=f"{self.base}:*", count=500)]
         if names:
             await client.delete(*names)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _cache: ResponseCache | None = None
