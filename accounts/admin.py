@@ -20,7 +20,14 @@ class ApplicationAdmin(admin.ModelAdmin):
     """The routes it may call are picked here too: routing/admin.py adds them (the grant is
     routing's, which accounts does not import)."""
 
-    list_display = ("slug", "name", "team", "default_priority", "batch_windows")
+    list_display = (
+        "slug",
+        "name",
+        "team",
+        "default_priority",
+        "batch_windows",
+        "cache_ttl_seconds",
+    )
 
 
 @admin.register(ApiKey)

@@ -47,6 +47,7 @@ class Principal:
     clamp_max_tokens: bool
     max_n: int | None
     member_active: bool = True  # False: the member was deactivated, their keys are refused
+    cache_ttl_seconds: int = 0  # the application's response cache (0: off)
 
 
 _principals: RefreshingCache[Principal | None] = RefreshingCache(
@@ -84,6 +85,7 @@ def _load(prefix: str) -> Principal | None:
         clamp_max_tokens=key.application.clamp_max_tokens,
         max_n=key.application.max_n,
         member_active=key.member.user.is_active,
+        cache_ttl_seconds=key.application.cache_ttl_seconds,
     )
 
 

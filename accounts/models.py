@@ -2,9 +2,14 @@
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 
 from accounts.windows import parse_windows
+
+MAX_CACHE_TTL_SECONDS = (
+    7 * 24 * 3600
+)  # an application's response cache keeps answers a week at most
 
 
 def validate_windows(value: str) -> None:
@@ -83,6 +88,12 @@ class Application(models.Model):
         validators=[validate_windows],
         help_text='When its batches may run, in the team\'s time zone: "00:00-06:00" (several '
         'comma separated), "any", or blank to follow the team.',
+    )
+    cache_ttl_seconds = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_CACHE_TTL_SECONDS)],
+        help_text="Answer identical deterministic requests from the response cache for this "
+        "many seconds (0: off).",
     )
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
 from accounts.models import (
+    MAX_CACHE_TTL_SECONDS,
     AdminAction,
     ApiKey,
     Application,
@@ -136,6 +137,7 @@ _APP_FIELDS = (
     "clamp_max_tokens",
     "max_n",
     "batch_windows",
+    "cache_ttl_seconds",
 )
 MAX_KEY_DAYS = 3650
 MAX_GRACE = timedelta(days=30)
@@ -401,6 +403,9 @@ def _application_values(values: dict[str, Any]) -> dict[str, Any]:
             raise AccountError(f"{name.replace('_', ' ')} must be between 1 and 10000000")
     if "batch_windows" in clean:
         clean["batch_windows"] = _windows(clean["batch_windows"])
+    ttl = clean.get("cache_ttl_seconds")
+    if ttl is not None and not 0 <= ttl <= MAX_CACHE_TTL_SECONDS:
+        raise AccountError(f"cache ttl seconds must be between 0 and {MAX_CACHE_TTL_SECONDS}")
     unknown = set(clean) - set(_APP_FIELDS)
     if unknown:
         raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")

@@ -5,7 +5,16 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from accounts.models import AdminAction, ApiKey, Application, Fallback, Member, PriorityClass, Team
+from accounts.models import (
+    MAX_CACHE_TTL_SECONDS,
+    AdminAction,
+    ApiKey,
+    Application,
+    Fallback,
+    Member,
+    PriorityClass,
+    Team,
+)
 from routing.models import Outcome
 
 
@@ -90,6 +99,7 @@ class ApplicationOut(serializers.ModelSerializer):
             "max_tokens_ceiling",
             "clamp_max_tokens",
             "max_n",
+            "cache_ttl_seconds",
         ]
 
     def get_routes(self, app: Application) -> list[str]:
@@ -109,6 +119,9 @@ class _ApplicationFields(StrictSerializer):
     )
     clamp_max_tokens = serializers.BooleanField(required=False)
     max_n = serializers.IntegerField(min_value=1, max_value=10_000, required=False, allow_null=True)
+    cache_ttl_seconds = serializers.IntegerField(
+        min_value=0, max_value=MAX_CACHE_TTL_SECONDS, required=False
+    )
 
 
 class ApplicationCreate(_ApplicationFields):

@@ -9,6 +9,8 @@ throw-away SQLite database, then prints:
     and streaming (16 chunks) chat completions;
   - overhead: with 100 ms simulator latency, requests/s and p50/p99 latency direct and
     through Sluice, and the added p50/p99.
+  - protocols: the gateway's CPU per call when the client or the upstream speaks Anthropic's
+    Messages (translated both ways), side by side with OpenAI on both sides.
 The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process).
 """
 
@@ -33,6 +35,18 @@ CONFIG = """
 name = "sim0"
 base_url = "http://127.0.0.1:{zero}/v1"
 [[upstreams]]
+name = "sim0a"
+kind = "anthropic"
+base_url = "http://127.0.0.1:{zero}/v1"
+[[deployments]]
+name = "zero-anthropic"
+upstream = "sim0a"
+model = "c"
+max_concurrency = 100000
+[[routes]]
+name = "zero-anthropic"
+chain = ["zero-anthropic"]
+[[upstreams]]
 name = "sim100"
 base_url = "http://127.0.0.1:{slow}/v1"
 [[deployments]]
@@ -56,7 +70,7 @@ slug = "bench"
 [[applications]]
 slug = "bench"
 team = "bench"
-routes = ["zero", "slow"]
+routes = ["zero", "slow", "zero-anthropic"]
 [[members]]
 email = "bench@example.com"
 team = "bench"
@@ -71,8 +85,9 @@ def measure(
     concurrency: int,
     seconds: float,
     pids: list[int] | None = None,
+    path: str = "/v1/chat/completions",
 ) -> tuple[LoadResult, float | None]:
-    request = build_request("127.0.0.1", port, "/v1/chat/completions", body, headers)
+    request = build_request("127.0.0.1", port, path, body, headers)
     asyncio.run(run_load("127.0.0.1", port, request, concurrency=concurrency, seconds=1.0))
     before = cpu_seconds(pids) if pids else 0.0
     result = asyncio.run(
@@ -100,15 +115,26 @@ class Run:
         return {"Authorization": f"Bearer {key or self.key}"}
 
     def load(
-        self, port: int, model: str, headers: dict[str, str], *, cpu: bool = False, **extra: object
+        self,
+        port: int,
+        model: str,
+        headers: dict[str, str],
+        *,
+        cpu: bool = False,
+        path: str = "/v1/chat/completions",
+        **extra: object,
     ) -> tuple[LoadResult, float | None]:
+        body = {**CHAT, "model": model, **extra}
+        if path == "/v1/messages":
+            body["max_tokens"] = 16
         return measure(
             port,
-            {**CHAT, "model": model, **extra},
+            body,
             headers,
             concurrency=self.concurrency,
             seconds=self.seconds,
             pids=self.pids if cpu else None,
+            path=path,
         )
 
 
@@ -136,6 +162,34 @@ def overhead(run: Run) -> None:
         f"{via.percentile(50) - direct.percentile(50):10.2f}"
         f"{via.percentile(99) - direct.percentile(99):10.2f}"
     )
+
+
+def protocols(run: Run, rounds: int = 2) -> None:
+    """The four pairs of client and upstream protocol, in alternation (drift on a shared
+    machine falls on all alike); the gateway's CPU per call is what translation costs."""
+    print("\nProtocols (zero-latency simulator): the gateway's CPU per call")
+    pairs = {
+        "openai → openai": ("/v1/chat/completions", "zero"),
+        "openai → anthropic": ("/v1/chat/completions", "zero-anthropic"),
+        "anthropic → openai": ("/v1/messages", "zero"),
+        "anthropic → anthropic": ("/v1/messages", "zero-anthropic"),
+    }
+    print(f"  {'client → upstream':24}{'':14}{'Sluice req/s':>14}{'CPU ms/req':>12}{'added':>9}")
+    for label, extra in (("plain", {}), ("streaming", {"stream": True})):
+        cpu: dict[str, list[float]] = {pair: [] for pair in pairs}
+        rps: dict[str, list[float]] = {pair: [] for pair in pairs}
+        for _ in range(rounds):
+            for pair, (path, model) in pairs.items():
+                result, ms = run.load(run.gateway, model, run.auth(), cpu=True, path=path, **extra)
+                cpu[pair].append(ms or 0.0)
+                rps[pair].append(result.rps())
+        base = sum(cpu["openai → openai"]) / rounds
+        for pair in pairs:
+            ms = sum(cpu[pair]) / rounds
+            print(
+                f"  {pair:24}{label:14}{sum(rps[pair]) / rounds:14.0f}{ms:12.3f}{ms - base:+9.3f}"
+            )
+    print(f"  ({rounds} alternating runs each)")
 
 
 LIMITS = {
@@ -184,14 +238,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
         "--only",
-        choices=["ceiling", "overhead", "limits"],
+        choices=["ceiling", "overhead", "limits", "protocols"],
         help="run one section (and its baseline)",
     )
     args = parser.parse_args()
-    wanted = {args.only} if args.only else {"ceiling", "overhead", "limits"}
+    wanted = {args.only} if args.only else {"ceiling", "overhead", "limits", "protocols"}
 
     with stack() as s:
-        zero = s.simulator("--model", "m:100000", "--output-tokens", "16")
+        zero = s.simulator(
+            "--model", "m:100000", "--model", "c:100000:anthropic", "--output-tokens", "16"
+        )  # fmt: skip
         slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
         zero_port, slow_port = (int(url.rsplit(":", 1)[1]) for url in (zero, slow))
         config = CONFIG.format(zero=zero_port, slow=slow_port)
@@ -206,7 +262,7 @@ def main() -> None:
         )
         client_cpu = resource.getrusage(resource.RUSAGE_SELF)
         run = Run(s, gw_port, zero_port, slow_port, key, pids, c, secs)
-        for section in (ceiling, overhead, limits):
+        for section in (ceiling, overhead, limits, protocols):
             if section.__name__ in wanted:
                 section(run)
         used = resource.getrusage(resource.RUSAGE_SELF)

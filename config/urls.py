@@ -2,12 +2,15 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 
-from routing import views
+from routing import views, views_messages
 
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions),
     path("v1/completions", views.completions),
     path("v1/embeddings", views.embeddings),
+    path("v1/messages", views_messages.messages),
+    path("v1/messages/count_tokens", views_messages.count_tokens),
+    path("v1/responses", views.responses),
     path("v1/models", views.models_list),
     path("v1/models/<path:name>", views.model_detail),
     path("", include("batches.urls")),  # /v1/files, /v1/batches

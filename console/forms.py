@@ -9,7 +9,14 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import QuerySet
 
-from accounts.models import Application, Fallback, Member, PriorityClass, Team
+from accounts.models import (
+    MAX_CACHE_TTL_SECONDS,
+    Application,
+    Fallback,
+    Member,
+    PriorityClass,
+    Team,
+)
 from accounts.windows import normalize_windows
 from routing.models import Route
 
@@ -152,6 +159,19 @@ class ApplicationForm(forms.Form):
             return normalize_windows(self.cleaned_data.get("batch_windows", ""))
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
+
+    cache_ttl_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_CACHE_TTL_SECONDS,
+        required=False,
+        initial=0,
+        label="Response cache (seconds)",
+        help_text="Answer identical deterministic requests (temperature 0 or a seed, no tools) "
+        "from the cache for this long; 0 or blank: off.",
+    )
+
+    def clean_cache_ttl_seconds(self) -> int:
+        return self.cleaned_data.get("cache_ttl_seconds") or 0
 
     def __init__(
         self, *args: Any, teams: QuerySet[Team], editing: bool = False, **kwargs: Any

@@ -224,6 +224,7 @@ def application_edit_view(request: HttpRequest, slug: str) -> HttpResponse:
         "clamp_max_tokens": app.clamp_max_tokens,
         "max_n": app.max_n,
         "batch_windows": app.batch_windows,
+        "cache_ttl_seconds": app.cache_ttl_seconds,
     }
     form = ApplicationForm(
         request.POST if request.method == "POST" else None,

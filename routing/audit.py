@@ -85,6 +85,9 @@ class CallLog:
     team_id: int | None = None  # for the usage rollups
     batch_id: str = ""  # a line of a batch (batches app): its batch and custom_id
     custom_id: str = ""
+    cache: str = ""  # the response cache: hit, miss or bypass ("" : the application has none)
+    client_protocol: str = "openai"  # the shape the client spoke (routing/protocols/)
+    upstream_protocol: str = ""  # the kind of the upstream that served it
 
     @property
     def attempt_count(self) -> int:
@@ -132,6 +135,9 @@ class CallLog:
                 "client_ip": self.client_ip,
                 "batch_id": self.batch_id,
                 "custom_id": self.custom_id[:200],
+                "cache": self.cache,
+                "client_protocol": self.client_protocol,
+                "upstream_protocol": self.upstream_protocol,
             }
         )
 

@@ -21,6 +21,7 @@ class UpstreamSpec:
     connect_timeout: float
     read_timeout: float
     forward_openai_headers: bool = False
+    kind: str = "openai"  # Upstream.Kind: the protocol it speaks
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def _load() -> dict[str, RouteSpec]:
                         connect_timeout=u.connect_timeout,
                         read_timeout=u.read_timeout,
                         forward_openai_headers=u.forward_openai_headers,
+                        kind=u.kind,
                     ),
                     tier=d.tier,
                     max_concurrency=d.max_concurrency,

@@ -39,7 +39,7 @@ def classify_status(status: int, body: bytes) -> ErrorClass | None:
         return None
     if _CAPACITY.search(body[:4096]):
         return ErrorClass.CAPACITY
-    if status == 503:
+    if status in (503, 529):  # 529: Anthropic's "overloaded_error"
         return ErrorClass.CAPACITY
     if status == 429:
         return ErrorClass.RATE_LIMIT

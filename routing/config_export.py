@@ -49,6 +49,7 @@ _APP_FIELDS = (
     "max_tokens_ceiling",
     "clamp_max_tokens",
     "max_n",
+    "cache_ttl_seconds",
 )
 _LIMIT_SCOPES = (Scope.TEAM, Scope.APPLICATION, Scope.MEMBER)
 

@@ -19,7 +19,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import models, transaction
 
-from accounts.models import ApiKey, Application, Fallback, Member, PriorityClass, Team
+from accounts.models import (
+    MAX_CACHE_TTL_SECONDS,
+    ApiKey,
+    Application,
+    Fallback,
+    Member,
+    PriorityClass,
+    Team,
+)
 from accounts.services import member_ensure
 from accounts.windows import normalize_windows
 from core.refresh import CATALOG, KEYS, LIMITS, invalidate
@@ -110,6 +118,7 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "clamp_max_tokens": ((bool,), False, True),
         "max_n": ((int,), False, None),
         "batch_windows": ((str, list), False, ""),
+        "cache_ttl_seconds": ((int,), False, 0),
     },
     "limits": {
         "scope": ((str,), True, None),
@@ -270,6 +279,8 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
                 if e[name] is not None and not 1 <= e[name] <= 10_000_000:
                     fail(f"'{name}' must be between 1 and 10000000")
+            if not 0 <= e["cache_ttl_seconds"] <= MAX_CACHE_TTL_SECONDS:
+                fail(f"'cache_ttl_seconds' must be between 0 and {MAX_CACHE_TTL_SECONDS}")
     if section in ("teams", "applications"):
         try:
             e["batch_windows"] = normalize_windows(e["batch_windows"])
@@ -417,6 +428,7 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
                         "clamp_max_tokens",
                         "max_n",
                         "batch_windows",
+                        "cache_ttl_seconds",
                     )
                 },
             },

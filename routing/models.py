@@ -7,10 +7,12 @@ from core.outcomes import Outcome
 
 
 class Upstream(models.Model):
-    """An OpenAI-compatible API. Its key is read from the environment, never stored."""
+    """An LLM API of one kind (OpenAI-compatible chat completions, or Anthropic's Messages).
+    Its key is read from the environment, never stored."""
 
     class Kind(models.TextChoices):
         OPENAI = "openai", "OpenAI-compatible"
+        ANTHROPIC = "anthropic", "Anthropic Messages"
 
     name = models.SlugField(unique=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OPENAI)
@@ -163,6 +165,18 @@ class CallRecord(models.Model):
         max_length=40, blank=True, db_index=True, help_text="The batch this call was a line of."
     )
     custom_id = models.CharField(max_length=200, blank=True, help_text="The batch line's id.")
+    cache = models.CharField(
+        max_length=8,
+        blank=True,
+        help_text="The response cache: hit (answered from it, no upstream attempt), miss or "
+        "bypass; blank when the application has no cache.",
+    )
+    client_protocol = models.CharField(
+        max_length=16, default="openai", help_text="The protocol the client spoke."
+    )
+    upstream_protocol = models.CharField(
+        max_length=16, blank=True, help_text="The kind of the upstream that served it."
+    )
 
     class Meta:
         indexes = [

@@ -130,10 +130,20 @@ def _unstorable(text: str) -> bool:
 
 
 def parse_request(endpoint: Endpoint, raw: bytes) -> ClientRequest:
+    return parse_body(endpoint, load_body(raw))
+
+
+def load_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object (a clear 400 for anything else): what a client
+    protocol reads before translating it (routing/protocols/)."""
     body = _loads(raw)
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
+    return body
 
+
+def parse_body(endpoint: Endpoint, body: dict[str, Any]) -> ClientRequest:
+    """Check a request body already read (and perhaps translated) as JSON."""
     model = body.get("model")
     if model is None:
         raise bad_request("You must provide a model parameter.", param="model")

@@ -4,7 +4,9 @@ key → member, application, priority → request body → route → fallback po
 → limits → the chain walk (routing/chain.py: for each deployment, a slot now or a place in
 its queue → upstream call → classify → answer, retry or next) → tokens and cost → audit
 record → response.
-Each step lives in its own module; this one only puts them in order.
+Each step lives in its own module; this one only puts them in order. A client protocol other
+than OpenAI's (routing/protocols/) translates the body into a chat request at the start and
+the answer (or error) back at the end; nothing in between sees its shape.
 """
 
 import asyncio
@@ -20,42 +22,55 @@ from core.outcomes import Outcome
 from quotas.admission import admit, enforce_ceilings
 from quotas.priority import priority_for
 from routing.audit import CallLog, new_request_id
+from routing.cache_replay import replay
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
 from routing.grant_listener import listen_for_changes
-from routing.payloads import ClientRequest, Endpoint, parse_request
+from routing.payloads import ClientRequest, Endpoint
 from routing.policy import deadline_for, fallback_for
+from routing.protocols import OPENAI, ClientProtocol, TranslatedStream
+from routing.protocols.anthropic_upstream import check_request
 from routing.relay import OpenStream, StreamRelay, settle_usage
+from routing.response_cache import HIT, cache_lookup, cache_store
 from routing.slot_policy import claim_for
 from routing.upstream import account_headers, passed_back
 
 log = logging.getLogger("sluice.proxy")
 
 
-async def handle(request: HttpRequest, endpoint: Endpoint) -> HttpResponseBase:
+async def handle(
+    request: HttpRequest, endpoint: Endpoint, protocol: ClientProtocol = OPENAI
+) -> HttpResponseBase:
     call = CallLog(
         request_id=new_request_id(),
-        endpoint=endpoint.value,
+        endpoint=protocol.endpoint or endpoint.value,
         client_ip=request.META.get("REMOTE_ADDR"),
     )
-    return await serve(call, request, endpoint)
+    return await serve(call, request, endpoint, protocol=protocol)
 
 
 async def serve(
-    call: CallLog, request: HttpRequest, endpoint: Endpoint, principal: Principal | None = None
+    call: CallLog,
+    request: HttpRequest,
+    endpoint: Endpoint,
+    principal: Principal | None = None,
+    *,
+    protocol: ClientProtocol = OPENAI,
 ) -> HttpResponseBase:
     """The request path. A caller without a network request (the batch runner) builds the
     request itself and passes the key's `principal` it already checked."""
     listen_for_changes()
+    call.client_protocol = protocol.name
     try:
         if principal is None:
             principal = await authenticate(presented_key(request.headers))
         _identify(call, principal)
-        client_request = await _parse(endpoint, request.body)
+        client_request = await _parse(protocol, endpoint, request.body)
         client_request.account_headers = account_headers(request.headers)
         call.requested_model, call.stream = client_request.model, client_request.stream
         route = await _route_for(principal, client_request.model)
+        check_request(route, client_request)  # what an Anthropic deployment cannot take
         call.priority = priority_for(
             application_default=principal.default_priority,
             requested=request.headers.get("x-sluice-priority"),
@@ -69,22 +84,30 @@ async def serve(
         call.quota = await admit(
             principal, client_request, route, request, call.request_id, priority=call.priority
         )
+        cache = await cache_lookup(
+            ttl=principal.cache_ttl_seconds,
+            application_id=principal.application_id,
+            route=route,
+            request=client_request,
+            cache_control=request.headers.get("cache-control"),
+        )
+        call.cache = cache.status
         claim = claim_for(
             priority=call.priority, member=str(principal.member_id), raw_size=len(request.body)
         )
         walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
-        result = await walk.run()
+        result = cache.answer or await walk.run()  # a hit: no slot, no upstream attempt
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
         complete(call)
-        return _stamp(error.response(), call)
+        return _stamp(_error_response(error, protocol), call)
     except DatabaseError:
         # The database is away and the call needs it (a route or limits no worker cached).
         log.warning("%s: database unavailable", call.request_id)
         error = database_unavailable()
         call.finish(outcome=error.outcome, status=error.status, error_message=error.code or "")
         complete(call)
-        return _stamp(error.response(), call)
+        return _stamp(_error_response(error, protocol), call)
     except asyncio.CancelledError:
         # The client went away while Sluice waited on an upstream.
         call.finish(outcome=Outcome.CLIENT_CANCELLED, status=499)
@@ -102,31 +125,48 @@ async def serve(
         )
         call.finish(outcome=error.outcome, status=500, error_message=type(exc).__name__)
         complete(call)
-        return _stamp(error.response(), call)
+        return _stamp(_error_response(error, protocol), call)
 
     call.served_deployment = result.deployment.name
-    call.fell_back = bool(route.chain) and result.deployment.name != route.chain[0].name
+    call.upstream_protocol = result.deployment.upstream.kind
+    first = route.chain[0].name if route.chain else None
+    call.fell_back = call.cache != HIT and first is not None and result.deployment.name != first
     if isinstance(result, OpenStream):
-        response = StreamingHttpResponse(
-            StreamRelay(call, result, client_request), content_type="text/event-stream"
-        )
+        relay = StreamRelay(call, result, client_request)
+        translator = protocol.stream(client_request)
+        body = relay if translator is None else TranslatedStream(relay, translator)
+        response = StreamingHttpResponse(body, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _stamp(response, call, passed_back(result.response.headers))
+    if call.cache == HIT and client_request.stream:  # a stored answer, replayed as a stream
+        call.upstream_model = str((result.payload or {}).get("model") or "")
+        call.finish(outcome=Outcome.SUCCESS, status=200)
+        complete(call)
+        replayed = replay(result.payload or {}, client_request, protocol.stream(client_request))
+        response = StreamingHttpResponse(replayed, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return _stamp(response, call)
 
+    content = result.body
     if result.payload is not None:
-        settle_usage(call, result.deployment, result.payload.get("usage"))
+        if call.cache != HIT:  # an answer from the cache used no tokens
+            settle_usage(call, result.deployment, result.payload.get("usage"))
+        await cache_store(cache, result)
         call.upstream_model = str(result.payload.get("model") or "")
         call.finish(outcome=Outcome.SUCCESS, status=200)
+        if protocol.translates:
+            content = protocol.answer(result.payload, client_request)
     else:
         call.finish(
             outcome=Outcome.UPSTREAM_CLIENT_ERROR,
             status=result.status,
             error_message=error_message(result.body),
         )
+        content = protocol.error(result.status, result.body)
     complete(call)
     return _stamp(
-        HttpResponse(result.body, status=result.status, content_type="application/json"),
+        HttpResponse(content, status=result.status, content_type="application/json"),
         call,
         result.headers,
     )
@@ -167,10 +207,17 @@ async def _route_for(principal: Principal, model: str) -> RouteSpec:
 _PARSE_INLINE_BYTES = 256 * 1024
 
 
-async def _parse(endpoint: Endpoint, raw: bytes) -> ClientRequest:
+async def _parse(protocol: ClientProtocol, endpoint: Endpoint, raw: bytes) -> ClientRequest:
     if len(raw) <= _PARSE_INLINE_BYTES:
-        return parse_request(endpoint, raw)
-    return await asyncio.to_thread(parse_request, endpoint, raw)
+        return protocol.parse(endpoint, raw)
+    return await asyncio.to_thread(protocol.parse, endpoint, raw)
+
+
+def _error_response(error: GatewayError, protocol: ClientProtocol) -> HttpResponse:
+    response = error.response()
+    if protocol.translates:
+        response.content = protocol.error(error.status, response.content)
+    return response
 
 
 def _stamp(
@@ -182,6 +229,8 @@ def _stamp(
     response["X-Sluice-Served-Model"] = call.served_deployment
     response["X-Sluice-Attempts"] = str(call.attempt_count)
     response["X-Sluice-Queue-Ms"] = str(round(call.queue_ms or 0))
+    if call.cache:
+        response["X-Sluice-Cache"] = call.cache
     if call.quota is not None:
         for name, value in call.quota.headers.items():
             response[name] = value

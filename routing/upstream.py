@@ -6,12 +6,14 @@ so its CPU per request grows with concurrency; aiohttp's stays flat and several 
 """
 
 import asyncio
+import json
 from collections.abc import Mapping
 
 import aiohttp
 
 from routing.catalog import DeploymentSpec
 from routing.classify import ErrorClass
+from routing.protocols import anthropic_upstream
 
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
@@ -67,23 +69,39 @@ async def open_response(
     client's OpenAI account headers) go only to an upstream set to receive them; the
     client's own Authorization never goes anywhere."""
     upstream = deployment.upstream
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
+    )
+    if upstream.kind == anthropic_upstream.KIND:
+        # Anthropic's Messages API: the chat request translated, the answer read as chat.
+        chat = json.loads(body)
+        response = await _post(
+            f"{upstream.base_url}/messages",
+            anthropic_upstream.messages_body(deployment, chat),
+            anthropic_upstream.messages_headers(deployment),
+            timeout,
+        )
+        stream = bool(chat.get("stream"))
+        return anthropic_upstream.MessagesResponse(response, stream)  # type: ignore[return-value]
     headers = {"content-type": "application/json", "accept": "application/json"}
     if client_headers and upstream.forward_openai_headers:
         headers |= {k: v for k, v in client_headers.items() if k in OPENAI_ACCOUNT_HEADERS}
     if upstream.api_key:
         headers["authorization"] = f"Bearer {upstream.api_key}"
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
-    )
-    url = f"{upstream.base_url}/{path}"
+    return await _post(f"{upstream.base_url}/{path}", body, headers, timeout)
+
+
+async def _post(
+    url: str, body: bytes, headers: dict[str, str], limits: aiohttp.ClientTimeout
+) -> aiohttp.ClientResponse:
     try:
-        return await session().post(url, data=body, headers=headers, timeout=timeout)
+        return await session().post(url, data=body, headers=headers, timeout=limits)
     except aiohttp.ServerDisconnectedError:
         # Closed before any answer: mostly a pooled connection the upstream dropped as we
         # reused it (its idle timeout is shorter than our pool's: uvicorn's is 5 s), so the
         # request was never read. Sent again once, not as a failed attempt; a second drop
         # is the upstream's failure.
-        return await session().post(url, data=body, headers=headers, timeout=timeout)
+        return await session().post(url, data=body, headers=headers, timeout=limits)
 
 
 def transport_error_class(exc: BaseException) -> ErrorClass:

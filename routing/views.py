@@ -11,6 +11,7 @@ from accounts.authentication import authenticate, presented_key
 from core.errors import GatewayError
 from routing.catalog import catalog
 from routing.payloads import Endpoint
+from routing.protocols.openai_responses import RESPONSES
 from routing.proxy import handle
 
 _STARTED = int(time.time())
@@ -39,6 +40,14 @@ def _post_endpoint(endpoint: Endpoint):
 chat_completions = _post_endpoint(Endpoint.CHAT)
 completions = _post_endpoint(Endpoint.COMPLETIONS)
 embeddings = _post_endpoint(Endpoint.EMBEDDINGS)
+
+
+@csrf_exempt
+async def responses(request: HttpRequest) -> HttpResponseBase:
+    """OpenAI's Responses API, stateless: translated to a chat request and back."""
+    if request.method != "POST":
+        return _method_not_allowed(request, "POST")
+    return await handle(request, Endpoint.CHAT, protocol=RESPONSES)
 
 
 def _model_object(name: str) -> dict[str, object]:

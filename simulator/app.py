@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.admin import admin_changes
+from simulator.anthropic import MessagesOut, anthropic_error, read_messages_request
 from simulator.config import ScheduledFault, SimulatorConfig, checked_model_name
 from simulator.faults import FaultInjection, context_length_bodies, fixed_fault_answers
 from simulator.requests import BadRequest, Plan, plan_chat, plan_completion, plan_embedding
@@ -183,6 +184,9 @@ class Simulator(FaultInjection):
             if planner is not None:
                 await self._completion(scope, receive, send, planner)
                 return
+            if path == "/v1/messages":
+                await self._messages(scope, receive, send)
+                return
             if path == "/stats/reset":
                 self.reset_stats()
                 await send_json(send, 200, self.stats())
@@ -242,6 +246,18 @@ class Simulator(FaultInjection):
         await send_json(send, 200, {"name": name, **state.stats()})
 
     # -- the model endpoints ----------------------------------------------------------------
+
+    async def _messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Anthropic's Messages API, for the models in Anthropic shape (simulator/anthropic.py)."""
+        req, replay = await read_messages_request(receive, send)
+        if req is None:
+            return
+        if req["model"] not in self.config.anthropic_models:
+            error = anthropic_error(404, "not_found_error", f"model: {req['model']}")
+            await send_raw(send, 404, json_headers(error), error)
+            return
+        out = MessagesOut(send)
+        await self._completion(scope, replay, out.send, self._post_routes["/v1/chat/completions"])
 
     async def _completion(
         self, scope: Scope, receive: Receive, send: Send, planner: Callable[[dict], Plan]

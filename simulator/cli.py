@@ -18,6 +18,7 @@ from simulator.config import (
     parse_fault,
     parse_model_spec,
     parse_schedule,
+    split_shape,
 )
 
 
@@ -33,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         dest="models",
-        metavar="NAME:CAPACITY",
-        help="a served model and its max requests in flight (0 = always full); repeatable; "
+        metavar="NAME:CAPACITY[:anthropic]",
+        help="a served model and its max requests in flight (0 = always full); `:anthropic` "
+        "serves it on /v1/messages in Anthropic shape; repeatable; "
         "default: " + " ".join(f"{n}:{c}" for n, c in DEFAULT_MODELS.items()),
     )
     parser.add_argument("--latency-ms", default="0", help="delay before answering / first chunk")
@@ -83,11 +85,15 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
     """Build a config from parsed flags; raises ValueError with a flag-named message."""
     specs = args.models or [f"{n}:{c}" for n, c in DEFAULT_MODELS.items()]
     models: dict[str, int] = {}
+    anthropic: set[str] = set()
     for spec in specs:
-        name, cap = parse_model_spec(str(spec))
+        spec, shape = split_shape(str(spec))
+        name, cap = parse_model_spec(spec)
         if name in models:
             raise ValueError(f"--model {name!r} given more than once")
         models[name] = cap
+        if shape == "anthropic":
+            anthropic.add(name)
     retry_after = args.retry_after
     seed = args.seed
     schedule = parse_schedule(str(args.schedule or ""))
@@ -105,6 +111,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
             raise ValueError(f"fault for model {name!r}, which is not served (--model {name}:N)")
     return SimulatorConfig(
         models=models,
+        anthropic_models=frozenset(anthropic),
         latency_ms=checked_number(args.latency_ms, "--latency-ms", float, 0),
         latency_spread=checked_number(args.latency_spread, "--latency-spread", float, 0, 1),
         token_latency_ms=checked_number(args.token_latency_ms, "--token-latency-ms", float, 0),

@@ -60,6 +60,17 @@ def checked_model_name(name: str, context: str) -> str:
     return name
 
 
+SHAPES = ("openai", "anthropic")  # the API a model answers in (`/v1/messages` for anthropic)
+
+
+def split_shape(spec: str) -> tuple[str, str]:
+    """``"claude-x:4:anthropic"`` -> ``("claude-x:4", "anthropic")``; no shape: openai."""
+    head, sep, last = spec.strip().rpartition(":")
+    if sep and last in SHAPES:
+        return head, last
+    return spec, "openai"
+
+
 def parse_model_spec(spec: str) -> tuple[str, int]:
     """``"big:4"`` -> ``("big", 4)``. The capacity is after the *last* colon ("llama3:8b:4")."""
     name, sep, capacity = spec.strip().rpartition(":")
@@ -185,6 +196,7 @@ class SimulatorConfig:
     schedule: list[ScheduleEntry] = field(default_factory=list)
     seed: int | None = None  # seeds every random draw (rate limits, faults, latencies)
     faults: list[FaultSpec] = field(default_factory=list)
+    anthropic_models: frozenset[str] = frozenset()  # answer on /v1/messages, Messages-shaped
 
     def __post_init__(self) -> None:
         for name, cap in self.models.items():

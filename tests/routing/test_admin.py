@@ -94,6 +94,7 @@ def test_application_page_grants_routes(admin_client):
             "fallback": app.fallback,
             "default_max_tokens": app.default_max_tokens,
             "clamp_max_tokens": "on",
+            "cache_ttl_seconds": 0,
             "routes": [keep.pk],
         },
     )

@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "config" / "demo.toml"
 DEMO_RAW: dict[str, Any] = tomllib.loads(DEMO.read_text())
 DEMO_COUNTS = {
-    "upstreams": 1,
-    "deployments": 3,
-    "routes": 2,
+    "upstreams": 2,
+    "deployments": 4,
+    "routes": 3,
     "teams": 1,
     "applications": 1,
     "members": 1,
@@ -123,7 +123,7 @@ def test_applying_demo_file_creates_every_object() -> None:
     assert not report.unchanged
     assert report.changed is True
 
-    upstream = Upstream.objects.get()
+    upstream = Upstream.objects.get(name="simulator")
     assert (upstream.name, upstream.kind, upstream.base_url, upstream.api_key_env) == (
         "simulator",
         "openai",
@@ -133,7 +133,7 @@ def test_applying_demo_file_creates_every_object() -> None:
     assert (upstream.connect_timeout, upstream.read_timeout) == (5.0, 60.0)
 
     deployments = {d.name: d for d in Deployment.objects.select_related("upstream")}
-    assert set(deployments) == {"big", "medium", "small"}
+    assert set(deployments) == {"big", "medium", "small", "claude"}
     big = deployments["big"]
     assert big.upstream.name == "simulator"
     assert (big.model, big.tier, big.max_concurrency, big.context_window, big.enabled) == (
@@ -151,9 +151,11 @@ def test_applying_demo_file_creates_every_object() -> None:
     assert small.output_price_per_million == Decimal("0.6")
     assert deployments["medium"].max_concurrency == 16
 
-    assert set(Route.objects.values_list("name", flat=True)) == {"smart", "fast"}
+    assert set(Route.objects.values_list("name", flat=True)) == {"smart", "fast", "mixed"}
     assert chain_of("smart") == ["big", "medium", "small"]
     assert chain_of("fast") == ["small"]
+    assert chain_of("mixed") == ["claude", "big", "small"]
+    assert deployments["claude"].upstream.kind == "anthropic"
     assert list(
         RouteDeployment.objects.filter(route__name="smart")
         .order_by("position")
@@ -169,7 +171,7 @@ def test_applying_demo_file_creates_every_object() -> None:
         team.pk,
         "interactive",
     )
-    assert set(app.routes.values_list("name", flat=True)) == {"smart", "fast"}
+    assert set(app.routes.values_list("name", flat=True)) == {"smart", "fast", "mixed"}
     member = Member.objects.select_related("user").get()
     assert (member.user.email, member.team_id, member.role) == (
         "demo@example.com",
@@ -195,8 +197,8 @@ def test_apply_config_command_reports_created_then_nothing(tmp_path: Path) -> No
     out = io.StringIO()
     call_command("apply_config", str(DEMO), stdout=out)
     assert out.getvalue().strip() == (
-        f"{DEMO}: created: 1 applications, 3 deployments, 1 limits, 1 members, 2 routes, 1 teams, "
-        "1 upstreams; updated: nothing; unchanged: nothing"
+        f"{DEMO}: created: 1 applications, 4 deployments, 1 limits, 1 members, 3 routes, 1 teams, "
+        "2 upstreams; updated: nothing; unchanged: nothing"
     )
     before = snapshot()
     out = io.StringIO()
@@ -373,7 +375,7 @@ def test_objects_the_file_does_not_mention_are_left_alone() -> None:
     after = snapshot()
     for table in ("upstreams", "teams", "applications", "members", "users"):
         assert after[table] == before[table]
-    assert after["deployments"][:3] == before["deployments"]
+    assert after["deployments"][: len(before["deployments"])] == before["deployments"]
     assert chain_of("smart") == ["big", "medium", "small"]
     assert chain_of("tiny") == ["tiny", "small"]
 
@@ -551,7 +553,7 @@ BAD = [
         _set("upstreams", 0, "base_url", "http:///v1"),
         "upstreams[0] (simulator): 'base_url' must be an http(s) URL",
     ),
-    ("bad-kind", _set("upstreams", 0, "kind", "anthropic"), "upstreams[0] (simulator): 'kind'"),
+    ("bad-kind", _set("upstreams", 0, "kind", "cohere"), "upstreams[0] (simulator): 'kind'"),
     (
         "zero-timeout",
         _set("upstreams", 0, "connect_timeout", 0),
@@ -627,7 +629,7 @@ BAD = [
     (
         "duplicate-deployment",
         _append("deployments", {"name": "medium", "upstream": "simulator", "model": "m2"}),
-        "deployments[3] (medium): defined twice",
+        "deployments[4] (medium): defined twice",
     ),
     (
         "duplicate-member",

@@ -63,6 +63,8 @@ class Command(BaseCommand):
                     "medium:16",
                     "--model",
                     "small:64",
+                    "--model",
+                    "claude:4:anthropic",
                     "--latency-ms",
                     "300",
                     "--token-latency-ms",

@@ -1,0 +1,220 @@
+"""The Anthropic-shaped face of a model (`--model claude-x:4:anthropic`): `POST /v1/messages`.
+
+The request is read as a chat request of the same size and served by the same capacity,
+latency and fault model; what goes out is rewritten into Messages shapes on the way: the
+answer, its event stream, and errors as `{"type":"error","error":{type,message}}`, with
+"at capacity" (by capacity or by the `capacity` fault) as HTTP 529 `overloaded_error`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from simulator.wire import Receive, Send, json_bytes, json_headers, read_body, transport_of
+
+OVERLOADED_MESSAGE = "Overloaded"
+# OpenAI-shaped status → (status, Anthropic error type) of what the client gets.
+_ERRORS = {
+    400: (400, "invalid_request_error"),
+    401: (401, "authentication_error"),
+    404: (404, "not_found_error"),
+    429: (429, "rate_limit_error"),
+    500: (500, "api_error"),
+    503: (529, "overloaded_error"),
+}
+_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def anthropic_error(status: int, kind: str, message: str) -> bytes:
+    return json_bytes({"type": "error", "error": {"type": kind, "message": message}})
+
+
+def chat_request(req: dict[str, Any]) -> dict[str, Any]:
+    """A Messages request as the chat request the simulator plans from: the same text (so
+    the same prompt tokens), the same length and streaming."""
+    text = json.dumps([req.get("system"), req.get("messages"), req.get("tools")])
+    chat: dict[str, Any] = {
+        "model": req.get("model"),
+        "messages": [{"role": "user", "content": text}],
+    }
+    if req.get("max_tokens") is not None:
+        chat["max_tokens"] = req["max_tokens"]
+    if req.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + json_bytes(data) + b"\n\n"
+
+
+def _usage(usage: dict[str, Any] | None) -> dict[str, int]:
+    usage = usage or {}
+    return {
+        "input_tokens": int(usage.get("prompt_tokens") or 0),
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+    }
+
+
+def message_of(chat: dict[str, Any]) -> dict[str, Any]:
+    choice = (chat.get("choices") or [{}])[0]
+    text = (choice.get("message") or {}).get("content") or ""
+    return {
+        "id": "msg_" + str(chat.get("id", "")).removeprefix("chatcmpl-"),
+        "type": "message",
+        "role": "assistant",
+        "model": chat.get("model"),
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": _STOP.get(choice.get("finish_reason") or "", "end_turn"),
+        "stop_sequence": None,
+        "usage": _usage(chat.get("usage")),
+    }
+
+
+class MessagesOut:
+    """Wraps the server's `send`: chat answers out as Messages ones. Its `send` is a bound
+    method whose object has the server's transport, so dropped-connection faults still
+    reach it (simulator.wire.transport_of)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.transport = transport_of(send)
+        self._status = 200
+        self._headers: list = []
+        self._stream = False
+        self._buffer = b""
+        self._body = b""
+        self._started = False
+        self._finish = "stop"
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self._status = message["status"]
+            self._headers = message.get("headers", [])
+            self._stream = self._status == 200 and any(
+                v.startswith(b"text/event-stream") for _, v in self._headers
+            )
+            if self._stream:
+                await self._send(message)
+            return
+        body, more = message.get("body", b""), message.get("more_body", False)
+        if self._stream:
+            out = self._events(body)
+            if out or not more:
+                await self._send({"type": "http.response.body", "body": out, "more_body": more})
+            return
+        self._body += body
+        if not more:
+            status, out = self._answer(self._body)
+            kept = [(k, v) for k, v in self._headers if k.startswith(b"retry-after")]
+            await self._send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": json_headers(out, kept),
+                }
+            )
+            await self._send({"type": "http.response.body", "body": out})
+
+    def _answer(self, body: bytes) -> tuple[int, bytes]:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return self._status, body  # the `garbage` fault stays garbage
+        if self._status == 200 and isinstance(payload, dict) and "choices" in payload:
+            return 200, json_bytes(message_of(payload))
+        status, kind = _ERRORS.get(self._status, (self._status, "api_error"))
+        error = payload.get("error") if isinstance(payload, dict) else None
+        message = str((error or {}).get("message", ""))
+        if kind == "overloaded_error":
+            message = OVERLOADED_MESSAGE
+        return status, anthropic_error(status, kind, message)
+
+    def _events(self, body: bytes) -> bytes:
+        events = (self._buffer + body).split(b"\n\n")
+        self._buffer = events.pop()
+        out = []
+        for event in events:
+            data = event.removeprefix(b"data: ")
+            if data == b"[DONE]":
+                out.append(_event("message_stop", {"type": "message_stop"}))
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                out.append(event + b"\n\n")  # the `garbage` fault's line, as it was
+                continue
+            out.append(self._chunk(chunk))
+        return b"".join(out)
+
+    def _chunk(self, chunk: dict[str, Any]) -> bytes:
+        out = b""
+        if not self._started:
+            self._started = True
+            message = message_of({**chunk, "choices": [{"message": {"content": ""}}]})
+            message.update(content=[], stop_reason=None)
+            out += _event("message_start", {"type": "message_start", "message": message})
+            out += _event(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            )
+        for choice in chunk.get("choices") or ():
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                delta = {"type": "text_delta", "text": text}
+                out += _event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        if chunk.get("usage") and not chunk.get("choices"):
+            out += _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            out += _event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": _STOP.get(self._finish, "end_turn"),
+                        "stop_sequence": None,
+                    },
+                    "usage": _usage(chunk["usage"]),
+                },
+            )
+        return out
+
+
+async def read_messages_request(receive: Receive, send: Send) -> tuple[dict | None, Receive]:
+    """The Messages request (None after answering a bad one), and a `receive` that hands
+    its chat translation to the simulator's usual path, then the client's next messages."""
+    body = await read_body(receive)
+    req: Any = None
+    if body is not None:
+        try:
+            req = json.loads(body)
+        except ValueError:
+            req = None
+        if not isinstance(req, dict) or not isinstance(req.get("model"), str):
+            error = anthropic_error(400, "invalid_request_error", "A JSON object with a model.")
+            await send(
+                {"type": "http.response.start", "status": 400, "headers": json_headers(error)}
+            )
+            await send({"type": "http.response.body", "body": error})
+            return None, receive
+    chat = json_bytes(chat_request(req)) if req is not None else b""
+    handed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal handed
+        if not handed:
+            handed = True
+            return {"type": "http.request", "body": chat, "more_body": False}
+        return await receive()
+
+    return req, replay
