@@ -23,7 +23,7 @@ from routing.audit import CallLog, new_request_id
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
-from routing.grant_listener import listen_for_changes
+from routing.deployment_state import listen_for_changes
 from routing.payloads import ClientRequest, Endpoint, parse_request
 from routing.policy import deadline_for, fallback_for
 from routing.relay import OpenStream, StreamRelay, settle_usage

@@ -11,7 +11,7 @@
 
 A member who starts waiting is lifted to the least counter among those already waiting (or
 to the last one served), so a long idle spell banks no credit to spend in a burst later.
-Both backends (routing.deployment_state and its Redis twin, in Lua) follow these rules.
+Both backends (routing/deployment_state/local.py, and redis.py in Lua) follow these rules.
 """
 
 import math
@@ -24,6 +24,7 @@ from accounts.models import PriorityClass
 INTERACTIVE, BATCH = PriorityClass.INTERACTIVE.value, PriorityClass.BATCH.value
 OUTPUT_WEIGHT = 2.0  # an output token costs the upstream about twice an input token
 DEFAULT_HOLD = 1.0  # seconds a call holds a slot, until the deployment has measured it
+RESERVE_EPSILON = 1e-9  # so float error never rounds a whole number of reserved slots up
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def claim_for(*, priority: str, member: str, raw_size: int) -> Claim:
 def batch_cap(allowed: int, reserve: float) -> int:
     """Slots batch may hold: all but `reserve` (a share, rounded up) of them, and always at
     least one, so a deployment of capacity 1 still serves batch when nobody else asks."""
-    kept = min(allowed - 1, math.ceil(allowed * reserve - 1e-9)) if allowed > 0 else 0
+    kept = min(allowed - 1, math.ceil(allowed * reserve - RESERVE_EPSILON)) if allowed > 0 else 0
     return max(0, allowed - max(0, kept))
 
 

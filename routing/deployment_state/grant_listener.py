@@ -19,7 +19,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from core.refresh import CATALOG, KEYS, LIMITS, drop_local, invalidation_channel
-from routing.deployment_state import Limits, granted_within
+from routing.deployment_state.interface import Limits, granted_within
 
 log = logging.getLogger("sluice.state")
 
@@ -126,14 +126,3 @@ def grant_listener(state: GrantSource) -> GrantListener:
     if listener is None:
         listener = _listeners[key] = GrantListener(state)
     return listener
-
-
-def listen_for_changes() -> None:
-    """With Redis, this worker listens for grants and invalidations (from its first
-    request on); without, there is one worker and a change drops its values directly."""
-    from django.conf import settings
-
-    if settings.REDIS_URL:
-        from routing.deployment_state import deployment_state
-
-        grant_listener(deployment_state()).start()
