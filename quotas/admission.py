@@ -36,8 +36,14 @@ from core.background import spawn
 from core.errors import GatewayError, bad_request
 from core.leases import LeaseKeeper
 from core.outcomes import Outcome
-from quotas.counters import Check, LeaseLength, QuotaCounters, quota_counters
-from quotas.counters_redis import QuotaStoreDown, redis_down
+from quotas.counters import (
+    Check,
+    LeaseLength,
+    QuotaCounters,
+    QuotaStoreDown,
+    quota_counters,
+    redis_down,
+)
 from quotas.limits import ScopeLimits, limits_for, period_starts
 from routing.catalog import RouteSpec
 from routing.payloads import ClientRequest, Endpoint

@@ -27,7 +27,7 @@ async def counters(request):
     if not url:
         pytest.skip("REDIS_URL is not set")
     from core.redis_client import redis_client
-    from quotas.counters_redis import RedisQuotaCounters
+    from quotas.counters.redis import RedisQuotaCounters
 
     yield RedisQuotaCounters(url)
     await redis_client(url).aclose()
