@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
+from core.redis_down import RedisDown, RedisDownPolicy
 from quotas.counters.interface import Check, Verdict
 from quotas.counters.local import LocalQuotaCounters
 
@@ -33,8 +34,23 @@ def _check_args(c: Check) -> list[Any]:
     return [c.limit, c.amount, c.ttl, int(c.lease), c.seed, int(c.skip_parked)]
 
 
-class QuotaStoreDown(Exception):
+class QuotaStoreDown(RedisDown):
     """Redis is unreachable and SLUICE_QUOTAS_WHEN_REDIS_DOWN is `closed`."""
+
+
+# Open (the default): go on with this worker's own counters; closed: refuse the call.
+POLICY = RedisDownPolicy(
+    log,
+    open_means="quotas are enforced per worker",
+    fail_open=lambda: settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN != "closed",
+    error=QuotaStoreDown,
+)
+
+
+def redis_down(exc: Exception) -> None:
+    """Redis failed a quota operation (here, or django-ratelimit's requests per minute):
+    the policy logs it and raises `QuotaStoreDown` when quotas fail closed."""
+    POLICY.failed(exc)
 
 
 class RedisQuotaCounters:
@@ -45,9 +61,6 @@ class RedisQuotaCounters:
     def _client(self) -> redis.Redis:
         return redis_client(self.url)
 
-    def down(self, exc: Exception) -> None:
-        redis_down(exc)
-
     async def reserve(self, checks: list[Check], slot: str, *, now: float | None = None) -> Verdict:
         now = time.time() if now is None else now
         args: list[Any] = [now, slot, len(checks)]
@@ -57,8 +70,9 @@ class RedisQuotaCounters:
             reserve = SCRIPTS.on(self._client())["reserve"]
             result = await reserve(keys=[c.key for c in checks], args=args)
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             return await self._fallback.reserve(checks, slot, now=now)
+        POLICY.recovered()
         failed = int(result[0])
         values = [float(v) for v in result[1:]]
         return Verdict(failed - 1 if failed else None, values)
@@ -79,7 +93,7 @@ class RedisQuotaCounters:
                 args=[len(deltas), slot, *(d for _, d in deltas)],
             )
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             await self._fallback.settle(deltas, lease_keys, slot)
 
     async def release(self, keys: list[str], slot: str) -> None:
@@ -94,8 +108,9 @@ class RedisQuotaCounters:
                 for key in keys:
                     pipe.zcount(key, f"({now}", "+inf")  # leases not yet expired
                 return [int(n) for n in await pipe.execute()]
-        except (RedisError, OSError):
+        except (RedisError, OSError) as exc:
             # A read for the console: never refuse over it, show this worker's own view.
+            POLICY.failed(exc, refuse=False)
             return await self._fallback.in_flight(keys)
 
     async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
@@ -112,7 +127,7 @@ class RedisQuotaCounters:
                         pipe.zrem(f"{key}:parked", slot)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             await self._fallback.park(keys, slot, parked=parked)
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
@@ -125,25 +140,5 @@ class RedisQuotaCounters:
                         pipe.expire(key, math.ceil(length.lease * 2))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             await self._fallback.renew(held)
-
-
-_last_logged = float("-inf")
-
-
-def redis_down(exc: Exception) -> None:
-    """Redis failed a quota operation: go on with this worker's own counters (the default,
-    "open"), or refuse the call ("closed"). Logged loudly, at most every 10 seconds."""
-    global _last_logged
-    fail_open = settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN != "closed"
-    now = time.monotonic()
-    if now - _last_logged > 10:
-        log.error(
-            "Redis unreachable (%s): quotas are %s",
-            exc,
-            "enforced per worker" if fail_open else "refusing calls",
-        )
-        _last_logged = now
-    if not fail_open:
-        raise QuotaStoreDown from exc

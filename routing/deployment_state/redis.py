@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
+from core.redis_down import RedisDownPolicy
 from routing.deployment_state.grant_listener import grant_listener
 from routing.deployment_state.interface import (
     Admission,
@@ -73,7 +74,8 @@ class RedisDeploymentState:
         self.prefix = prefix
         self.channel = f"{prefix}:grants"
         self._fallback = LocalDeploymentState()
-        self._failing_since: float | None = None
+        # Open: while Redis is away, this worker judges deployments on what it sees itself.
+        self.policy = RedisDownPolicy(log, open_means="deployment state is per worker")
         # Waiters survive Redis going and coming back: each is queued where grants come
         # from now (Redis, or this worker's fallback), moved when that changes.
         self._queued: dict[str, _Waiting] = {}
@@ -120,23 +122,10 @@ class RedisDeploymentState:
                 ],
             )
         except (RedisError, OSError) as exc:
-            self._down(exc)
+            self.policy.failed(exc)
             raise
-        self._up()
+        self.policy.recovered()
         return result
-
-    def _down(self, exc: Exception) -> None:
-        now = time.monotonic()
-        if self._failing_since is None or now - self._failing_since > 10:
-            log.error(
-                "Redis unreachable (%s); deployment state is per worker until it is back", exc
-            )
-            self._failing_since = now
-
-    def _up(self) -> None:
-        if self._failing_since is not None:
-            log.warning("Redis reachable again; deployment state is shared again")
-            self._failing_since = None
 
     async def acquire(
         self,
@@ -209,9 +198,9 @@ class RedisDeploymentState:
     async def _move(self, slot: str, waiting: _Waiting) -> bool:
         """Queue the waiter again where grants come from now; whether it got a slot."""
         name, limits = waiting.name, waiting.limits
-        if not waiting.local and (self._failing_since is not None or waiting.lost):
+        if not waiting.local and (self.policy.down or waiting.lost):
             grant_listener(self).forget(slot)
-            if waiting.lost and self._failing_since is None:
+            if waiting.lost and not self.policy.down:
                 log.warning("Redis lost queued call %s; queueing it again", slot)
                 return await self._requeue(slot, waiting)
             admission = await self._fallback.acquire(
@@ -249,14 +238,14 @@ class RedisDeploymentState:
 
     async def _reachable(self) -> bool:
         """Whether Redis answers again (checked by a waiter queued in the fallback)."""
-        if self._failing_since is None:
+        if not self.policy.down:
             return True
         try:
             async with asyncio.timeout(MOVE_CHECK_SECONDS):
                 await self._client().ping()
         except (RedisError, OSError, TimeoutError):
             return False
-        self._up()
+        self.policy.recovered()
         return True
 
     async def leave(
@@ -314,7 +303,10 @@ class RedisDeploymentState:
     ) -> list[str]:
         """Hand out slots whose leases ran out; which of `slots` are granted."""
         now = time.time() if now is None else now
-        granted, lost = await self._run("sweep", name, limits, now, *slots)
+        try:
+            granted, lost = await self._run("sweep", name, limits, now, *slots)
+        except (RedisError, OSError):  # the waiters move to the fallback as they wake
+            return await self._fallback.sweep(name, limits, slots, now=now)
         for slot in lost:  # its wait loop queues it again
             waiting = self._queued.get(slot.decode())
             if waiting is not None and not waiting.local:
@@ -336,13 +328,16 @@ class RedisDeploymentState:
                             pipe.expire(key, math.ceil(limits.lease * 4))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self._down(exc)
+            self.policy.failed(exc)
             if not self._local_slots:
                 await self._fallback.renew(held)
 
     async def snapshot(self, name: str, limits: Limits, *, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now
-        row = await self._run("snapshot", name, limits, now)
+        try:
+            row = await self._run("snapshot", name, limits, now)
+        except (RedisError, OSError):  # what this worker sees while Redis is away
+            return await self._fallback.snapshot(name, limits, now=now)
         mode, limit, failures, open_until, reason = (v.decode() for v in row[:5])
         in_flight, batch, waiting_i, waiting_b = (int(v) for v in row[5:9])
         return Snapshot(
@@ -359,4 +354,8 @@ class RedisDeploymentState:
         )
 
     async def reset(self, name: str) -> None:
-        await self._client().delete(*self._keys(name))
+        await self._fallback.reset(name)
+        try:
+            await self._client().delete(*self._keys(name))
+        except (RedisError, OSError) as exc:
+            self.policy.failed(exc)
