@@ -17,10 +17,9 @@ from quotas.admission import (
     _duration,
     _refusal,
     _tightest,
-    enforce_ceilings,
-    estimated_tokens,
 )
 from quotas.limits import ScopeLimits, period_starts
+from routing.call_size import enforce_ceilings, estimated_tokens
 from routing.payloads import ClientRequest, Endpoint, parse_request
 
 

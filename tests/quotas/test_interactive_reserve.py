@@ -7,7 +7,6 @@ import random
 import time
 
 import pytest
-from django.test import RequestFactory
 
 from core.errors import GatewayError
 from quotas.admission import Ticket, _check_requests, _counters, _refusal, _rpm_usage, batch_share
@@ -55,8 +54,7 @@ def test_batch_share(limit, reserve, share):
 
 
 def _count(s: ScopeLimits, batch: bool) -> None:
-    request = RequestFactory().post("/v1/chat/completions")
-    _check_requests(_rpm_usage([s], request, batch), Ticket(LocalQuotaCounters(), "x"))
+    _check_requests(_rpm_usage([s], batch), Ticket(LocalQuotaCounters(), "x"))
 
 
 def test_batch_is_held_to_its_share_of_requests_per_minute_and_its_refusals_cost_nothing():
