@@ -1,13 +1,13 @@
 """How much of its quotas a call asks for, worked out from the request before any upstream
 is called: the application's ceilings on `max_tokens` and `n`, the tokens it may take and
-the most it may cost. Quotas (quotas.admission) then reserve that much."""
+the most it may cost. Quotas (quotas.reservation) then reserve that much."""
 
 from django.http import HttpRequest
 
 from accounts.authentication import Principal
 from accounts.models import PriorityClass
 from core.errors import bad_request
-from quotas.admission import Ticket, reserve_quota
+from quotas.reservation import Ticket, reserve_quota
 from routing.catalog import RouteSpec
 from routing.payloads import ClientRequest, Endpoint
 

@@ -47,7 +47,7 @@ class Waiter:
     member: str
     since: float  # epoch seconds it started waiting here
     until: float  # epoch seconds it gives up
-    estimate: float  # weighted service charged when granted
+    estimate: float  # weighted tokens charged when granted
     retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
 
 
@@ -57,7 +57,7 @@ def claim_for(*, priority: str, member: str, raw_size: int) -> Claim:
     if not settings.SLUICE_PRIORITY_ADMISSION:
         return Claim(INTERACTIVE, member, 0.0, 0.0)
     wait = settings.SLUICE_WAIT_BATCH if priority == BATCH else settings.SLUICE_WAIT_INTERACTIVE
-    return Claim(priority, member, estimated_service(raw_size), wait)
+    return Claim(priority, member, estimated_weighted_tokens(raw_size), wait)
 
 
 def batch_cap(allowed: int, reserve: float) -> int:
@@ -67,11 +67,12 @@ def batch_cap(allowed: int, reserve: float) -> int:
     return max(0, allowed - max(0, kept))
 
 
-def service(tokens_in: int, tokens_out: int) -> float:
+def weighted_tokens(tokens_in: int, tokens_out: int) -> float:
+    """A call's service in the Virtual Token Counter's sense: what fair sharing counts."""
     return tokens_in + OUTPUT_WEIGHT * tokens_out
 
 
-def estimated_service(raw_size: int) -> float:
+def estimated_weighted_tokens(raw_size: int) -> float:
     """Charged when a call is granted a slot: its prompt (about 4 bytes a token). The
     answer is charged when it is known; a guess at it here would inflate the counters of
     members with calls in flight, and with them the level newcomers are lifted to."""

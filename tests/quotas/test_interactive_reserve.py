@@ -9,9 +9,9 @@ import time
 import pytest
 
 from core.errors import GatewayError
-from quotas.admission import Ticket, _check_requests, _counters, _refusal, _rpm_usage, batch_share
 from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
+from quotas.reservation import Ticket, _check_requests, _counters, _refusal, _rpm_usage, batch_share
 
 T0 = 1_800_000_000.0
 
@@ -103,7 +103,7 @@ async def test_an_interactive_call_is_not_refused_for_its_members_queued_batch(c
     """Batch calls waiting in a deployment's queue keep their leases (batch's own count has
     them) but an interactive call's count leaves them out: its own member's queued batch
     never refuses it."""
-    from quotas.admission import Ticket, park
+    from quotas.reservation import Ticket, park
 
     s = scope(max_concurrency=4)
 

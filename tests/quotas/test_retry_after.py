@@ -9,9 +9,9 @@ import pytest
 from django_ratelimit.core import _get_window
 
 from core.errors import GatewayError
-from quotas.admission import Ticket, _check_requests, _rpm_usage
 from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
+from quotas.reservation import Ticket, _check_requests, _rpm_usage
 
 
 def _scope_ending_in(seconds: int) -> ScopeLimits:

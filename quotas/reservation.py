@@ -1,4 +1,4 @@
-"""Admitting a call against its limits, before any upstream is called, and settling it.
+"""Reserving a call's quotas (`reserve_quota`) before any upstream is called, and settling.
 
 Requests per minute go through django-ratelimit (fixed one-minute windows, staggered per
 key; its counter is Django's cache: Redis with REDIS_URL). Tokens, concurrency and budgets
