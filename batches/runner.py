@@ -39,7 +39,7 @@ from batches.models import Batch
 from batches.pacing import route_spare
 from batches.selectors import ActiveBatch
 from batches.validation import ENDPOINTS
-from core.db import db_read
+from core.db import db_read, db_write
 from core.errors import error_body, json_object
 from routing.audit import CallLog, new_request_id
 from routing.catalog import catalog
@@ -87,10 +87,10 @@ class Runner:
         now = timezone.now()
         for batch in batches:
             if batch.status == Status.VALIDATING:
-                await db_read(services.batch_validate, batch_id=batch.id, runner=self.name)
+                await db_write(services.batch_validate, batch_id=batch.id, runner=self.name)
             elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
                 await self._abandon(lambda r, b=batch.id: r.batch_id == b)
-                await db_read(services.batch_finalize, batch_id=batch.id, runner=self.name)
+                await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
             else:
                 if window_open(parse_windows(batch.windows), batch.time_zone, now):
                     started = await self._start_lines(batch)
@@ -103,7 +103,7 @@ class Runner:
                     and not self._mine(batch.id)
                     and not await db_read(selectors.batch_unfinished, batch.id)
                 ):
-                    await db_read(services.batch_finalize, batch_id=batch.id, runner=self.name)
+                    await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
 
     def _mine(self, batch_id: str) -> int:
         return sum(1 for r in self.lines.values() if r.batch_id == batch_id)
@@ -118,7 +118,7 @@ class Runner:
                 break
             route = routes.get(model)
             spare = await route_spare(route) if route is not None else 1
-            claimed = await db_read(
+            claimed = await db_write(
                 services.lines_claim,
                 batch_id=batch.id,
                 model=model,
@@ -166,7 +166,7 @@ class Runner:
                 await asyncio.sleep(wait)
                 self.lines[line.id].waiting = False
             result = _output_line(batch.id, line, call.request_id, status, content)
-            done = await db_read(
+            done = await db_write(
                 services.line_finish,
                 line_id=line.id,
                 runner=self.name,
@@ -176,11 +176,11 @@ class Runner:
             if not done:
                 log.warning("%s line %s: taken by another runner", batch.id, line.number)
         except asyncio.CancelledError:
-            await db_read(services.line_release, line_id=line.id, runner=self.name)
+            await db_write(services.line_release, line_id=line.id, runner=self.name)
             raise
         except Exception:
             log.exception("%s line %s failed in the runner", batch.id, line.number)
-            await db_read(services.line_release, line_id=line.id, runner=self.name)
+            await db_write(services.line_release, line_id=line.id, runner=self.name)
         finally:
             self.lines.pop(line.id, None)
 
@@ -199,7 +199,7 @@ class Runner:
             await asyncio.sleep(every)
             if self.lines:
                 try:
-                    await db_read(services.lines_renew, ids=list(self.lines), runner=self.name)
+                    await db_write(services.lines_renew, ids=list(self.lines), runner=self.name)
                 except Exception:
                     log.exception("renewing line leases failed; retrying")
 

@@ -15,7 +15,7 @@ from accounts.authentication import Principal, authenticate, presented_key
 from batches import selectors, services
 from batches.models import BatchFile
 from batches.objects import batch_object, file_object, list_object
-from core.db import db_read, released
+from core.db import db_read, db_write, released
 from core.errors import GatewayError, bad_request
 
 View = Callable[..., Awaitable[HttpResponseBase]]
@@ -109,7 +109,7 @@ async def file_detail(request: HttpRequest, principal: Principal, file_id: str) 
     found = await _file_of(principal, file_id)
     if request.method == "GET":
         return _json(file_object(found))
-    await db_read(services.file_delete, file=found)
+    await db_write(services.file_delete, file=found)
     return _json({"id": file_id, "object": "file", "deleted": True})
 
 
@@ -160,7 +160,7 @@ async def batches(request: HttpRequest, principal: Principal) -> HttpResponseBas
         raise bad_request(f"The request body is not valid JSON: {exc}.") from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
-    batch = await db_read(
+    batch = await db_write(
         services.batch_create,
         principal=principal,
         input_file_id=body.get("input_file_id"),
@@ -191,5 +191,5 @@ async def batch_detail(
 async def batch_cancel(
     request: HttpRequest, principal: Principal, batch_id: str
 ) -> HttpResponseBase:
-    batch = await db_read(services.batch_cancel, batch=await _batch_of(principal, batch_id))
+    batch = await db_write(services.batch_cancel, batch=await _batch_of(principal, batch_id))
     return _json(await _batch_body(batch))

@@ -128,7 +128,7 @@ class Sampler:
 
         logging.getLogger("httpx").setLevel(logging.WARNING)
         from routing.deployment_state import Limits
-        from routing.deployment_state_redis import RedisDeploymentState
+        from routing.deployment_state.redis import RedisDeploymentState
         from routing.slot_policy import batch_cap
 
         self.state = RedisDeploymentState(redis_url, prefix)

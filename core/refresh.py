@@ -6,7 +6,7 @@ key never waits on the database; a value older than its time to live is never se
 that request waits for the reload (after an idle spell, say). A change (a revoked key, a
 drain, a limit, a config file applied) also drops the values it touches at once:
 `invalidate` clears them in this process and, with Redis, tells every worker on one
-channel (routing/grant_listener.py listens on it beside the grants).
+channel (routing/deployment_state/grant_listener.py listens on it beside the grants).
 """
 
 import asyncio

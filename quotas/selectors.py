@@ -126,7 +126,7 @@ def _requests_this_minute(limit: Limit) -> int | None:
         return None
     usage = get_usage(
         HttpRequest(),
-        group="sluice.rpm",  # the gateway's counter (quotas/admission.py)
+        group="sluice.rpm",  # the gateway's counter (quotas/reservation.py)
         key=lambda group, request: f"{limit.scope}:{_target_id(limit)}",
         rate=f"{limit.requests_per_minute}/m",
         increment=False,

@@ -22,8 +22,8 @@ from django.db.models import DateTimeField, DecimalField, GenericIPAddressField,
 from django.db.models.constants import OnConflict
 
 from core.outcomes import Outcome
-from quotas.admission import Ticket
 from quotas.models import LATENCY_FIELDS, UsageRollup, latency_field
+from quotas.reservation import Ticket
 from routing.metrics import metrics_record
 from routing.models import Attempt, CallRecord
 

@@ -34,11 +34,11 @@ from django.conf import settings
 
 from accounts.models import Fallback
 from core.background import spawn
-from core.db import db_read
+from core.db import db_write
 from core.errors import GatewayError, capacity_exhausted, json_object, openai_error
 from core.leases import LeaseKeeper
 from core.outcomes import Outcome
-from quotas.admission import park
+from quotas.reservation import park
 from routing.audit import AttemptLog, CallLog
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
@@ -53,7 +53,7 @@ from routing.payloads import ClientRequest, upstream_body
 from routing.policy import backoff, eligible_chain, retry_wait
 from routing.relay import OpenStream, first_event, usage_tokens
 from routing.services import deployment_mark_misconfigured
-from routing.slot_policy import BATCH, Claim, service
+from routing.slot_policy import BATCH, Claim, weighted_tokens
 from routing.upstream import UpstreamError, open_response, passed_back, transport_error_class
 
 log = logging.getLogger("sluice.proxy")
@@ -109,7 +109,7 @@ def _result_for(error_class: ErrorClass | None) -> Result:
 def usage_service(payload: dict | None) -> float | None:
     """The weighted tokens an answer's `usage` reports (None when it reports none)."""
     tokens = usage_tokens((payload or {}).get("usage"))
-    return None if tokens is None else service(*tokens)
+    return None if tokens is None else weighted_tokens(*tokens)
 
 
 async def _abandon(state: DeploymentState, deployment: DeploymentSpec, slot: str) -> None:
@@ -391,7 +391,7 @@ class ChainWalk:
         elif error_class is ErrorClass.AUTH_CONFIG:
             message = f"upstream {deployment.upstream.name} answered {status} (auth/config)"
             log.error("deployment %s looks misconfigured: %s", deployment.name, message)
-            spawn(db_read(deployment_mark_misconfigured, name=deployment.name, message=message))
+            spawn(db_write(deployment_mark_misconfigured, name=deployment.name, message=message))
         elif error_class in _TRANSIENT:
             log.warning("%s: %s from %s", self.call.request_id, error_class, deployment.name)
         return Failure(error_class, status, content, retry_after)

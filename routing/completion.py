@@ -1,6 +1,6 @@
 """The last step of every call, however it ended."""
 
-from quotas.admission import settle_later
+from quotas.reservation import settle_later
 from routing.audit import CallLog, audit_writer
 
 

@@ -19,14 +19,14 @@ from django.http.response import HttpResponseBase
 from accounts.authentication import Principal, authenticate, presented_key
 from core.errors import GatewayError, database_unavailable, error_message
 from core.outcomes import Outcome
-from quotas.admission import admit, enforce_ceilings
 from quotas.priority import priority_for
 from routing.audit import CallLog, new_request_id
 from routing.cache_replay import replay
+from routing.call_size import enforce_ceilings, reserve_call_quota
 from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
-from routing.grant_listener import listen_for_changes
+from routing.deployment_state import listen_for_changes
 from routing.payloads import ClientRequest, Endpoint
 from routing.policy import deadline_for, fallback_for
 from routing.protocols import OPENAI, ClientProtocol, TranslatedStream
@@ -81,7 +81,7 @@ async def serve(
         )
         deadline = deadline_for(route.policy, request.headers.get("x-sluice-max-wait"))
         enforce_ceilings(principal, client_request)
-        call.quota = await admit(
+        call.quota = await reserve_call_quota(
             principal, client_request, route, request, call.request_id, priority=call.priority
         )
         cache = await cache_lookup(

@@ -18,7 +18,7 @@ from routing.classify import mentions_capacity
 from routing.completion import complete
 from routing.deployment_state import Result
 from routing.payloads import ClientRequest
-from routing.slot_policy import service
+from routing.slot_policy import weighted_tokens
 from routing.stream_tap import StreamTap, data_of
 from routing.upstream import UpstreamError, transport_error_class
 
@@ -134,7 +134,7 @@ class StreamRelay:
         usage = self.tap.usage or estimated_usage(self.request, self.tap.chunks)
         settle_usage(call, self.stream.deployment, usage)
         if self.stream.release is not None:
-            served = service(call.tokens_in, call.tokens_out)
+            served = weighted_tokens(call.tokens_in, call.tokens_out)
             spawn(self.stream.release(self._result(outcome), served))
         call.finish(outcome=outcome, status=status, error_message=message)
         complete(call)

@@ -11,7 +11,7 @@
 
 A member who starts waiting is lifted to the least counter among those already waiting (or
 to the last one served), so a long idle spell banks no credit to spend in a burst later.
-Both backends (routing.deployment_state and its Redis twin, in Lua) follow these rules.
+Both backends (routing/deployment_state/local.py, and redis.py in Lua) follow these rules.
 """
 
 import math
@@ -24,6 +24,7 @@ from accounts.models import PriorityClass
 INTERACTIVE, BATCH = PriorityClass.INTERACTIVE.value, PriorityClass.BATCH.value
 OUTPUT_WEIGHT = 2.0  # an output token costs the upstream about twice an input token
 DEFAULT_HOLD = 1.0  # seconds a call holds a slot, until the deployment has measured it
+RESERVE_EPSILON = 1e-9  # so float error never rounds a whole number of reserved slots up
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Waiter:
     member: str
     since: float  # epoch seconds it started waiting here
     until: float  # epoch seconds it gives up
-    estimate: float  # weighted service charged when granted
+    estimate: float  # weighted tokens charged when granted
     retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
 
 
@@ -56,21 +57,22 @@ def claim_for(*, priority: str, member: str, raw_size: int) -> Claim:
     if not settings.SLUICE_PRIORITY_ADMISSION:
         return Claim(INTERACTIVE, member, 0.0, 0.0)
     wait = settings.SLUICE_WAIT_BATCH if priority == BATCH else settings.SLUICE_WAIT_INTERACTIVE
-    return Claim(priority, member, estimated_service(raw_size), wait)
+    return Claim(priority, member, estimated_weighted_tokens(raw_size), wait)
 
 
 def batch_cap(allowed: int, reserve: float) -> int:
     """Slots batch may hold: all but `reserve` (a share, rounded up) of them, and always at
     least one, so a deployment of capacity 1 still serves batch when nobody else asks."""
-    kept = min(allowed - 1, math.ceil(allowed * reserve - 1e-9)) if allowed > 0 else 0
+    kept = min(allowed - 1, math.ceil(allowed * reserve - RESERVE_EPSILON)) if allowed > 0 else 0
     return max(0, allowed - max(0, kept))
 
 
-def service(tokens_in: int, tokens_out: int) -> float:
+def weighted_tokens(tokens_in: int, tokens_out: int) -> float:
+    """A call's service in the Virtual Token Counter's sense: what fair sharing counts."""
     return tokens_in + OUTPUT_WEIGHT * tokens_out
 
 
-def estimated_service(raw_size: int) -> float:
+def estimated_weighted_tokens(raw_size: int) -> float:
     """Charged when a call is granted a slot: its prompt (about 4 bytes a token). The
     answer is charged when it is known; a guess at it here would inflate the counters of
     members with calls in flight, and with them the level newcomers are lifted to."""

@@ -12,15 +12,14 @@ import pytest
 from accounts.authentication import Principal
 from core.errors import GatewayError
 from core.outcomes import Outcome
-from quotas.admission import (
+from quotas.limits import ScopeLimits, period_starts
+from quotas.reservation import (
     _counters,
     _duration,
     _refusal,
     _tightest,
-    enforce_ceilings,
-    estimated_tokens,
 )
-from quotas.limits import ScopeLimits, period_starts
+from routing.call_size import enforce_ceilings, estimated_tokens
 from routing.payloads import ClientRequest, Endpoint, parse_request
 
 

@@ -22,7 +22,7 @@ async def counters(request):
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("REDIS_URL is not set")
-    from quotas.counters_redis import RedisQuotaCounters
+    from quotas.counters.redis import RedisQuotaCounters
 
     backend = RedisQuotaCounters(url)
     yield backend
@@ -298,7 +298,7 @@ async def test_concurrent_multi_check_reservations_stay_consistent(counters, key
 
 
 async def test_redis_down_open_falls_back_to_this_process(settings, key):
-    from quotas.counters_redis import RedisQuotaCounters
+    from quotas.counters.redis import RedisQuotaCounters
 
     settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN = "open"
     backend = RedisQuotaCounters(DOWN_URL)
@@ -321,7 +321,7 @@ async def test_redis_down_open_falls_back_to_this_process(settings, key):
 
 
 async def test_redis_down_closed_refuses(settings, key):
-    from quotas.counters_redis import QuotaStoreDown, RedisQuotaCounters
+    from quotas.counters.redis import QuotaStoreDown, RedisQuotaCounters
 
     settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN = "closed"
     backend = RedisQuotaCounters(DOWN_URL)
@@ -346,7 +346,7 @@ def test_redis_backend_serves_two_live_event_loops(key):
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("REDIS_URL is not set")
-    from quotas.counters_redis import RedisQuotaCounters
+    from quotas.counters.redis import RedisQuotaCounters
 
     backend = RedisQuotaCounters(url)
     k = key()

@@ -7,12 +7,11 @@ import random
 import time
 
 import pytest
-from django.test import RequestFactory
 
 from core.errors import GatewayError
-from quotas.admission import Ticket, _check_requests, _counters, _refusal, _rpm_usage, batch_share
 from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
+from quotas.reservation import Ticket, _check_requests, _counters, _refusal, _rpm_usage, batch_share
 
 T0 = 1_800_000_000.0
 
@@ -27,7 +26,7 @@ async def counters(request):
     if not url:
         pytest.skip("REDIS_URL is not set")
     from core.redis_client import redis_client
-    from quotas.counters_redis import RedisQuotaCounters
+    from quotas.counters.redis import RedisQuotaCounters
 
     yield RedisQuotaCounters(url)
     await redis_client(url).aclose()
@@ -55,8 +54,7 @@ def test_batch_share(limit, reserve, share):
 
 
 def _count(s: ScopeLimits, batch: bool) -> None:
-    request = RequestFactory().post("/v1/chat/completions")
-    _check_requests(_rpm_usage([s], request, batch), Ticket(LocalQuotaCounters(), "x"))
+    _check_requests(_rpm_usage([s], batch), Ticket(LocalQuotaCounters(), "x"))
 
 
 def test_batch_is_held_to_its_share_of_requests_per_minute_and_its_refusals_cost_nothing():
@@ -105,7 +103,7 @@ async def test_an_interactive_call_is_not_refused_for_its_members_queued_batch(c
     """Batch calls waiting in a deployment's queue keep their leases (batch's own count has
     them) but an interactive call's count leaves them out: its own member's queued batch
     never refuses it."""
-    from quotas.admission import Ticket, park
+    from quotas.reservation import Ticket, park
 
     s = scope(max_concurrency=4)
 

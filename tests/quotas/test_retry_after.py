@@ -6,13 +6,12 @@ import random
 import time
 
 import pytest
-from django.test import RequestFactory
 from django_ratelimit.core import _get_window
 
 from core.errors import GatewayError
-from quotas.admission import Ticket, _check_requests, _rpm_usage
 from quotas.counters import LocalQuotaCounters
 from quotas.limits import ScopeLimits
+from quotas.reservation import Ticket, _check_requests, _rpm_usage
 
 
 def _scope_ending_in(seconds: int) -> ScopeLimits:
@@ -25,9 +24,8 @@ def _scope_ending_in(seconds: int) -> ScopeLimits:
 
 
 def _count(scope: ScopeLimits) -> None:
-    request = RequestFactory().post("/v1/chat/completions")
     ticket = Ticket(counters=LocalQuotaCounters(), slot="s")
-    _check_requests(_rpm_usage([scope], request), ticket)
+    _check_requests(_rpm_usage([scope]), ticket)
 
 
 @pytest.mark.parametrize("left", [0, 1])

@@ -17,7 +17,7 @@ async def state(request):
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("REDIS_URL is not set")
-    from routing.deployment_state_redis import RedisDeploymentState
+    from routing.deployment_state.redis import RedisDeploymentState
 
     backend = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
     yield backend

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from django.core.management import call_command
 
-import routing.deployment_state as deployment_state_module
+import routing.deployment_state.factory as deployment_state_module
 from routing.catalog import catalog
 from routing.deployment_state import LocalDeploymentState
 from routing.slot_policy import Claim
@@ -18,7 +18,7 @@ from routing.slot_policy import Claim
 @pytest.fixture
 def state(monkeypatch):
     if os.environ.get("REDIS_URL"):
-        from routing.deployment_state_redis import RedisDeploymentState
+        from routing.deployment_state.redis import RedisDeploymentState
 
         backend = RedisDeploymentState(os.environ["REDIS_URL"], f"test-{uuid.uuid4().hex[:8]}")
     else:

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from routing.deployment_state import Limits, Result
-from routing.deployment_state_redis import RedisDeploymentState
+from routing.deployment_state.redis import RedisDeploymentState
 from routing.slot_policy import BATCH, Claim
 from tests.conftest import free_port
 

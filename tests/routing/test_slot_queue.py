@@ -208,7 +208,7 @@ async def test_a_dead_workers_waiters_are_passed_over(name):
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("REDIS_URL is not set")
-    from routing.deployment_state_redis import WAITER_SILENCE, RedisDeploymentState
+    from routing.deployment_state.redis import WAITER_SILENCE, RedisDeploymentState
 
     state = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
     d = Deployment(state, name, limits(1))
@@ -276,7 +276,7 @@ def test_queue_retry_after_grows_with_the_queue():
 
 async def test_with_redis_unreachable_the_queue_works_per_worker(name, caplog):
     """A closed port: slots and queues fall back to this worker's own state, loudly."""
-    from routing.deployment_state_redis import RedisDeploymentState
+    from routing.deployment_state.redis import RedisDeploymentState
 
     state = RedisDeploymentState("redis://127.0.0.1:1/0", prefix="unreachable")
     lim = limits(1)

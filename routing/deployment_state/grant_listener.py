@@ -18,8 +18,9 @@ from typing import Protocol
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from core.redis_down import RedisDownPolicy
 from core.refresh import CATALOG, KEYS, LIMITS, drop_local, invalidation_channel
-from routing.deployment_state import Limits, granted_within
+from routing.deployment_state.interface import Limits, granted_within
 
 log = logging.getLogger("sluice.state")
 
@@ -43,6 +44,9 @@ class GrantListener:
         self._waiting: dict[str, tuple[str, Limits]] = {}  # slot -> deployment name, limits
         self._subscribed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.policy = RedisDownPolicy(
+            log, open_means="grants are found by the sweep, changes by the caches' time to live"
+        )
 
     async def expect(self, name: str, limits: Limits, slot: str) -> None:
         """Register a waiter before it joins the queue."""
@@ -87,6 +91,7 @@ class GrantListener:
                 # Changes made while nobody listened are not heard: start afresh.
                 drop_local((KEYS, LIMITS, CATALOG))
                 self._subscribed.set()
+                self.policy.recovered()
                 async for message in pubsub.listen():
                     if message["type"] != "message":
                         continue
@@ -97,7 +102,7 @@ class GrantListener:
                         self._wake(words)
             except (RedisError, OSError) as exc:
                 self._subscribed.clear()
-                log.warning("grant channel lost (%s); resubscribing", exc)
+                self.policy.failed(exc)  # open: resubscribes every second meanwhile
                 await asyncio.sleep(1.0)
             finally:
                 with contextlib.suppress(Exception):
@@ -126,14 +131,3 @@ def grant_listener(state: GrantSource) -> GrantListener:
     if listener is None:
         listener = _listeners[key] = GrantListener(state)
     return listener
-
-
-def listen_for_changes() -> None:
-    """With Redis, this worker listens for grants and invalidations (from its first
-    request on); without, there is one worker and a change drops its values directly."""
-    from django.conf import settings
-
-    if settings.REDIS_URL:
-        from routing.deployment_state import deployment_state
-
-        grant_listener(deployment_state()).start()

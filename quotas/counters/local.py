@@ -1,69 +1,9 @@
-"""Weighted, atomic counters for limits django-ratelimit cannot express: tokens per
-minute/day/month, cost per month, and requests in flight.
+"""Quota counters in this process (the embedded default, one worker)."""
 
-A reservation checks every counter of every scope that applies and, only if all pass,
-adds to all of them at once (atomic: one Lua script on Redis, no await in process), so
-concurrent requests cannot overshoot a limit together. Settlement later adds the
-difference between what was reserved and what was used (negative: a refund).
-
-Window counters live in fixed buckets (the key names the minute, the day or the month)
-that expire on their own. A counter Redis has lost starts from `seed`, the usage already
-recorded in the hourly rollups. Concurrency counters are leases, like deployment slots.
-"""
-
-import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-log = logging.getLogger("sluice.quotas")
-
-
-@dataclass(frozen=True)
-class Check:
-    key: str
-    limit: float
-    amount: float  # window counters: what to add; leases: ignored (one slot)
-    ttl: float  # window counters: seconds the bucket lives; leases: the lease
-    lease: bool = False
-    seed: float = 0.0
-    # Leases: whether the leases of batch calls waiting in a deployment's queue (parked)
-    # are left out of the count: an interactive call's check; a batch call counts them.
-    skip_parked: bool = False
-
-
-@dataclass
-class Verdict:
-    failed: int | None  # index of the first check that did not pass
-    values: list[float] = field(default_factory=list)  # each counter, reservation included
-
-
-@dataclass(frozen=True)
-class LeaseLength:
-    lease: float
-
-
-class QuotaCounters(Protocol):
-    async def reserve(
-        self, checks: list[Check], slot: str, *, now: float | None = None
-    ) -> Verdict: ...
-
-    async def adjust(self, deltas: list[tuple[str, float]]) -> None: ...
-
-    async def release(self, keys: list[str], slot: str) -> None: ...
-
-    async def settle(
-        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
-    ) -> None: ...
-
-    async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None: ...
-
-    async def in_flight(self, keys: list[str]) -> list[int]:
-        """Live leases of each concurrency counter (the console's "calls in flight")."""
-        ...
-
-    async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
-        """Mark (or unmark) a lease as held by a call waiting in a deployment's queue."""
+from quotas.counters.interface import Check, Verdict
 
 
 class LocalQuotaCounters:
@@ -154,21 +94,3 @@ class LocalQuotaCounters:
             for slot in slots:
                 if slot in leases:
                     leases[slot] = now + length.lease
-
-
-_counters: Any = None
-
-
-def quota_counters() -> QuotaCounters:
-    """The process's backend, chosen by REDIS_URL."""
-    global _counters
-    if _counters is None:
-        from django.conf import settings
-
-        if settings.REDIS_URL:
-            from quotas.counters_redis import RedisQuotaCounters
-
-            _counters = RedisQuotaCounters(settings.REDIS_URL)
-        else:
-            _counters = LocalQuotaCounters()
-    return _counters

@@ -1,46 +1,30 @@
-"""What every worker must agree on about a deployment: its circuit breaker, its adaptive
-concurrency limit, the requests in flight to it (leases) and its retry budget.
-
-One interface, two backends: `LocalDeploymentState` keeps it in this process (the embedded
-default, one worker); `routing.deployment_state_redis.RedisDeploymentState` keeps it in
-Redis with atomic Lua scripts, shared by every worker and host. Both implement the same
-rules, written out once here in `_Rules` for the local backend and mirrored in Lua; the
-same test suite runs against both.
-
-The rules (DESIGN.md, seeds 000/001/004):
-- adaptive limit: starts at max concurrency; a capacity error (or upstream rate limit) cuts
-  it to 70 % (rounded, by at least one, never below the floor, 1), at most once per round
-  trip as TCP does: only a call sent after the last cut can cut again; the errors of calls
-  that were already in flight belong to the same congestion. A limit's worth of successes
-  raises it by 1, up to max concurrency.
-- own concurrency is not a breaker signal: a capacity error while the limit is above its
-  floor, or of a call sent before the last cut, is "congested" (`release` says so: the call
-  queues again for a slot at the lower limit) and leaves the breaker alone.
-- breaker: `threshold` consecutive failures (no success between) open it for `cooldown`
-  seconds, counting server errors, timeouts and resets, and capacity errors only once the
-  limit is at its floor (the deployment fails even at the concurrency of one script). Each
-  call counts once per deployment (`repeat`: its retries there do not count again), so no
-  single call opens it. Then it half-opens and lets 1 + (successes so far) probes in
-  flight; `close_after` successes close it, one failure re-opens it. A misconfigured
-  deployment (auth/config error) opens at once. A threshold of 0 switches it off.
-- leases: a request holds a slot for `lease` seconds, renewed while it runs, so slots held
-  by a worker that died come free on their own.
-- retry budget: retries may be at most `ratio` times the first attempts over the last minute (plus
-  a small floor so a quiet deployment can still retry at all).
-- queue: a request that finds no slot may wait for one; who gets a slot that frees up is
-  routing/slot_policy.py's rule (interactive first, a reserve kept from batch, members
-  served fairly). A grant takes the slot on the waiter's behalf before it wakes.
-"""
+"""The deployment state in this process (the embedded default, one worker)."""
 
 import asyncio
-import logging
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
 
+from routing.deployment_state.interface import (
+    Admission,
+    Departure,
+    Limits,
+    Refusal,
+    Result,
+    Snapshot,
+    granted_within,
+)
+from routing.deployment_state.rules import (
+    BUDGET_BUCKET,
+    BUDGET_BUCKETS,
+    FLOOR,
+    allowed_slots,
+    cut,
+    next_hold,
+    raised,
+    retry_allowed,
+)
 from routing.slot_policy import (
     ANYONE,
     BATCH,
@@ -51,124 +35,6 @@ from routing.slot_policy import (
     batch_cap,
     queue_retry_after,
 )
-
-log = logging.getLogger("sluice.state")
-
-
-class Result(StrEnum):
-    SUCCESS = "success"
-    CAPACITY = "capacity"  # at capacity or rate limited: cuts the limit, counts to the breaker
-    FAILURE = "failure"  # server error, timeout, reset: counts to the breaker
-    MISCONFIGURED = "misconfigured"  # auth/config: opens the breaker at once
-    NEUTRAL = "neutral"  # the request's own fault (bad request, context length): no effect
-
-
-class Refusal(StrEnum):
-    BREAKER = "breaker"
-    CONCURRENCY = "concurrency"
-    BUDGET = "budget"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A deployment's knobs, from its configuration."""
-
-    max_concurrency: int
-    threshold: int = 3
-    cooldown: float = 300.0
-    close_after: int = 3
-    retry_ratio: float = 0.1
-    retry_floor: int = 3
-    lease: float = 30.0
-    reserve: float = 0.2  # share of the slots batch may not take: kept for interactive
-
-
-@dataclass(frozen=True)
-class Admission:
-    admitted: bool
-    refusal: Refusal | None = None
-    retry_in: float = 0.0  # for a breaker refusal: seconds until it half-opens
-    queued: bool = False  # no slot yet: waiting in the deployment's queue
-    position: int = 0  # requests of its class already waiting when it joined
-    reason: str = ""  # for a breaker refusal: the result that opened it
-
-
-@dataclass(frozen=True)
-class Departure:
-    """A waiter leaving the queue without a grant (timed out, or its client left)."""
-
-    granted: bool  # a slot came just as it gave up: it holds it, and must use or release it
-    retry_in: int = 0  # seconds until a slot would probably have come
-
-
-@dataclass
-class Snapshot:
-    mode: str
-    limit: float
-    in_flight: int
-    failures: int
-    open_for: float  # seconds until half-open, 0 unless open
-    reason: str
-    batch_in_flight: int = 0
-    waiting_interactive: int = 0
-    waiting_batch: int = 0
-    oldest_wait: float = 0.0  # seconds the longest-waiting request has waited
-
-
-FLOOR = 1.0  # the adaptive limit never goes below this
-CUT = 0.7  # a capacity error's multiplicative cut
-BUDGET_BUCKET = 10.0  # seconds
-BUDGET_BUCKETS = 6  # one minute
-
-
-class DeploymentState(Protocol):
-    async def acquire(
-        self,
-        name: str,
-        limits: Limits,
-        slot: str,
-        *,
-        retry: bool,
-        claim: Claim = ANYONE,
-        wait_until: float | None = None,
-        now: float | None = None,
-    ) -> Admission:
-        """A slot now, or (with `wait_until`) a place in the queue until then."""
-
-    async def wait(self, name: str, slot: str, within: float) -> bool:
-        """Whether a queued request was granted its slot within `within` seconds."""
-
-    async def leave(
-        self, name: str, limits: Limits, slot: str, *, now: float | None = None
-    ) -> Departure: ...
-
-    async def sweep(
-        self, name: str, limits: Limits, slots: Sequence[str] = (), *, now: float | None = None
-    ) -> list[str]: ...
-
-    async def release(
-        self,
-        name: str,
-        limits: Limits,
-        slot: str,
-        result: Result,
-        *,
-        service: float | None = None,
-        repeat: bool = False,
-        now: float | None = None,
-    ) -> bool:
-        """Free the slot; `service` is the call's weighted tokens, for fair sharing;
-        `repeat`: this call already reached the deployment (its failure counted then).
-        True when a capacity error was put down to Sluice's own concurrency (congested):
-        the limit took it, the breaker did not, and the call may queue again."""
-
-    async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None: ...
-
-    async def snapshot(
-        self, name: str, limits: Limits, *, now: float | None = None
-    ) -> Snapshot: ...
-
-    async def reset(self, name: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -283,7 +149,7 @@ class LocalDeploymentState:
         held = d.held.pop(slot, None)
         if held is not None:
             if result is Result.SUCCESS:  # how long an answer takes, for Retry-After
-                d.hold = 0.8 * d.hold + 0.2 * max(0.0, now - held.since)
+                d.hold = next_hold(d.hold, now - held.since)
             if service is not None:
                 d.service[held.member] = d.service.get(held.member, 0.0) + service - held.estimate
         congested = False
@@ -295,7 +161,7 @@ class LocalDeploymentState:
                     d.mode, d.reason = "closed", ""
             d.streak += 1
             if d.streak >= math.floor(d.limit or 1):
-                d.limit = min(float(limits.max_concurrency), (d.limit or 1) + 1)
+                d.limit = raised(d.limit or 1, limits.max_concurrency)
                 d.streak = 0
         elif result is not Result.NEUTRAL:
             counts = not repeat
@@ -305,7 +171,7 @@ class LocalDeploymentState:
                 if since < d.cut_at:
                     congested = True  # sent before the last cut: that cut answered it
                 elif limit > FLOOR:
-                    d.limit, d.cut_at, d.streak = _cut(limit), now, 0
+                    d.limit, d.cut_at, d.streak = cut(limit), now, 0
                     congested = True
                 counts = counts and not congested
             if counts:
@@ -364,10 +230,7 @@ class LocalDeploymentState:
 
     @staticmethod
     def _allowed(d: _Deployment) -> int:
-        if d.mode == "open":
-            return 0
-        allowed = math.floor(d.limit or 1)
-        return min(allowed, 1 + d.half_successes) if d.mode == "half_open" else allowed
+        return allowed_slots(d.mode, d.limit or 1, d.half_successes)
 
     @staticmethod
     def _is_batch(d: _Deployment, slot: str) -> bool:
@@ -450,7 +313,7 @@ class LocalDeploymentState:
     def _budget_allows_retry(d: _Deployment, limits: Limits, now: float) -> bool:
         recent = [c for b, c in d.budget.items() if b > int(now // BUDGET_BUCKET) - BUDGET_BUCKETS]
         firsts, retries = sum(c[0] for c in recent), sum(c[1] for c in recent)
-        return retries < max(limits.retry_floor, limits.retry_ratio * firsts)
+        return retry_allowed(firsts, retries, ratio=limits.retry_ratio, floor=limits.retry_floor)
 
     @staticmethod
     def _count_attempt(d: _Deployment, now: float, *, retry: bool) -> None:
@@ -460,40 +323,3 @@ class LocalDeploymentState:
             d.budget = {b: c for b, c in d.budget.items() if b > bucket - BUDGET_BUCKETS}
             counts = d.budget[bucket] = [0, 0]
         counts[1 if retry else 0] += 1
-
-
-def _cut(limit: float) -> float:
-    """The limit after a capacity error: 70 %, rounded, by at least one, never below 1."""
-    return max(FLOOR, min(limit - 1, math.floor(limit * CUT + 0.5)))
-
-
-async def granted_within(granted: asyncio.Future[None] | None, within: float) -> bool:
-    """Whether a waiter's grant came within `within` seconds (the future stays usable)."""
-    if granted is None:
-        return False
-    try:
-        await asyncio.wait_for(asyncio.shield(granted), within)
-    except TimeoutError:
-        return False
-    return True
-
-
-def state_from_settings() -> DeploymentState:
-    from django.conf import settings
-
-    if settings.REDIS_URL:
-        from routing.deployment_state_redis import RedisDeploymentState
-
-        return RedisDeploymentState(settings.REDIS_URL, settings.SLUICE_REDIS_PREFIX)
-    return LocalDeploymentState()
-
-
-_state: Any = None
-
-
-def deployment_state() -> DeploymentState:
-    """The process's backend, chosen by REDIS_URL."""
-    global _state
-    if _state is None:
-        _state = state_from_settings()
-    return _state

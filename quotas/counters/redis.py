@@ -3,110 +3,76 @@
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as redis
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
-from quotas.counters import Check, LocalQuotaCounters, Verdict
+from core.redis_down import RedisDown, RedisDownPolicy
+from quotas.counters.interface import Check, Verdict
+from quotas.counters.local import LocalQuotaCounters
 
 log = logging.getLogger("sluice.quotas")
 
-_RESERVE = """
-local now, slot, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local values = {}
-for i = 1, n do
-  local b = 3 + (i - 1) * 6
-  local limit, amount = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
-  local lease, seed = ARGV[b + 4] == '1', tonumber(ARGV[b + 5])
-  local current
-  if lease then
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-    current = redis.call('ZCARD', KEYS[i])
-    if ARGV[b + 6] == '1' then  -- leave out the leases of batch calls waiting in a queue
-      local parked = KEYS[i] .. ':parked'
-      redis.call('ZREMRANGEBYSCORE', parked, '-inf', now)
-      current = math.max(0, current - redis.call('ZCARD', parked))
-    end
-    amount = 1
-  else
-    current = tonumber(redis.call('GET', KEYS[i]) or seed)
-  end
-  if current + amount > limit then return {i, tostring(current)} end
-  values[i] = tostring(current + amount)
-end
-for i = 1, n do
-  local b = 3 + (i - 1) * 6
-  local ttl = tonumber(ARGV[b + 3])
-  if ARGV[b + 4] == '1' then
-    redis.call('ZADD', KEYS[i], now + ttl, slot)
-    redis.call('EXPIRE', KEYS[i], math.ceil(ttl * 2))
-  else
-    if redis.call('EXISTS', KEYS[i]) == 0 then
-      redis.call('SET', KEYS[i], ARGV[b + 5], 'EX', math.ceil(ttl))
-    end
-    redis.call('INCRBYFLOAT', KEYS[i], ARGV[b + 2])
-  end
-end
-return {0, unpack(values)}
-"""
-
-_SETTLE = """
-local n = tonumber(ARGV[1])
-for i = 1, n do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    if tonumber(redis.call('INCRBYFLOAT', KEYS[i], ARGV[i + 2])) < 0 then
-      redis.call('SET', KEYS[i], 0, 'KEEPTTL')
-    end
-  end
-end
-for i = n + 1, #KEYS do
-  redis.call('ZREM', KEYS[i], ARGV[2])
-  redis.call('ZREM', KEYS[i] .. ':parked', ARGV[2])
-end
-return 1
-"""
-
+ARGS_PER_CHECK = 6  # what `reserve` sends for each check (_check_args)
+LUA_CONSTANTS = {"ARGS_PER_CHECK": ARGS_PER_CHECK}
+SCRIPTS = Scripts(
+    {
+        name: lua_source(Path(__file__).parent, (name,), LUA_CONSTANTS)
+        for name in ("reserve", "settle")
+    }
+)
 
 PARKED_FOR = 120.0  # seconds: the quota lease's length (a queue wait is shorter)
 
 
-class QuotaStoreDown(Exception):
+def _check_args(c: Check) -> list[Any]:
+    return [c.limit, c.amount, c.ttl, int(c.lease), c.seed, int(c.skip_parked)]
+
+
+class QuotaStoreDown(RedisDown):
     """Redis is unreachable and SLUICE_QUOTAS_WHEN_REDIS_DOWN is `closed`."""
+
+
+# Open (the default): go on with this worker's own counters; closed: refuse the call.
+POLICY = RedisDownPolicy(
+    log,
+    open_means="quotas are enforced per worker",
+    fail_open=lambda: settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN != "closed",
+    error=QuotaStoreDown,
+)
+
+
+def redis_down(exc: Exception) -> None:
+    """Redis failed a quota operation (here, or django-ratelimit's requests per minute):
+    the policy logs it and raises `QuotaStoreDown` when quotas fail closed."""
+    POLICY.failed(exc)
 
 
 class RedisQuotaCounters:
     def __init__(self, url: str) -> None:
         self.url = url
-        self._scripts: dict[int, tuple[Any, Any]] = {}  # per client (and so per loop)
         self._fallback = LocalQuotaCounters()
 
     def _client(self) -> redis.Redis:
-        client = redis_client(self.url)
-        if self._scripts.get(id(client)) is None:
-            self._scripts[id(client)] = (
-                client.register_script(_RESERVE),
-                client.register_script(_SETTLE),
-            )
-        self._reserve, self._settle = self._scripts[id(client)]
-        return client
-
-    def down(self, exc: Exception) -> None:
-        redis_down(exc)
+        return redis_client(self.url)
 
     async def reserve(self, checks: list[Check], slot: str, *, now: float | None = None) -> Verdict:
         now = time.time() if now is None else now
         args: list[Any] = [now, slot, len(checks)]
         for c in checks:
-            args += [c.limit, c.amount, c.ttl, int(c.lease), c.seed, int(c.skip_parked)]
+            args += _check_args(c)
         try:
-            self._client()
-            result = await self._reserve(keys=[c.key for c in checks], args=args)
+            reserve = SCRIPTS.on(self._client())["reserve"]
+            result = await reserve(keys=[c.key for c in checks], args=args)
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             return await self._fallback.reserve(checks, slot, now=now)
+        POLICY.recovered()
         failed = int(result[0])
         values = [float(v) for v in result[1:]]
         return Verdict(failed - 1 if failed else None, values)
@@ -121,13 +87,13 @@ class RedisQuotaCounters:
         if not deltas and not lease_keys:
             return
         try:
-            self._client()
-            await self._settle(
+            settle = SCRIPTS.on(self._client())["settle"]
+            await settle(
                 keys=[k for k, _ in deltas] + lease_keys,
                 args=[len(deltas), slot, *(d for _, d in deltas)],
             )
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             await self._fallback.settle(deltas, lease_keys, slot)
 
     async def release(self, keys: list[str], slot: str) -> None:
@@ -142,8 +108,9 @@ class RedisQuotaCounters:
                 for key in keys:
                     pipe.zcount(key, f"({now}", "+inf")  # leases not yet expired
                 return [int(n) for n in await pipe.execute()]
-        except (RedisError, OSError):
+        except (RedisError, OSError) as exc:
             # A read for the console: never refuse over it, show this worker's own view.
+            POLICY.failed(exc, refuse=False)
             return await self._fallback.in_flight(keys)
 
     async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
@@ -160,7 +127,7 @@ class RedisQuotaCounters:
                         pipe.zrem(f"{key}:parked", slot)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             await self._fallback.park(keys, slot, parked=parked)
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
@@ -173,25 +140,5 @@ class RedisQuotaCounters:
                         pipe.expire(key, math.ceil(length.lease * 2))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self.down(exc)
+            POLICY.failed(exc)
             await self._fallback.renew(held)
-
-
-_last_logged = float("-inf")
-
-
-def redis_down(exc: Exception) -> None:
-    """Redis failed a quota operation: go on with this worker's own counters (the default,
-    "open"), or refuse the call ("closed"). Logged loudly, at most every 10 seconds."""
-    global _last_logged
-    fail_open = settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN != "closed"
-    now = time.monotonic()
-    if now - _last_logged > 10:
-        log.error(
-            "Redis unreachable (%s): quotas are %s",
-            exc,
-            "enforced per worker" if fail_open else "refusing calls",
-        )
-        _last_logged = now
-    if not fail_open:
-        raise QuotaStoreDown from exc

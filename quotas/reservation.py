@@ -1,4 +1,4 @@
-"""Admitting a call against its limits, before any upstream is called, and settling it.
+"""Reserving a call's quotas (`reserve_quota`) before any upstream is called, and settling.
 
 Requests per minute go through django-ratelimit (fixed one-minute windows, staggered per
 key; its counter is Django's cache: Redis with REDIS_URL). Tokens, concurrency and budgets
@@ -26,21 +26,24 @@ from datetime import datetime
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
-from django.http import HttpRequest
 from django_ratelimit.core import get_usage
 from redis.exceptions import RedisError
 
 from accounts.authentication import Principal
 from accounts.models import PriorityClass
 from core.background import spawn
-from core.errors import GatewayError, bad_request
+from core.errors import GatewayError
 from core.leases import LeaseKeeper
 from core.outcomes import Outcome
-from quotas.counters import Check, LeaseLength, QuotaCounters, quota_counters
-from quotas.counters_redis import QuotaStoreDown, redis_down
+from quotas.counters import (
+    Check,
+    LeaseLength,
+    QuotaCounters,
+    QuotaStoreDown,
+    quota_counters,
+    redis_down,
+)
 from quotas.limits import ScopeLimits, limits_for, period_starts
-from routing.catalog import RouteSpec
-from routing.payloads import ClientRequest, Endpoint
 
 CONCURRENCY_LEASE = LeaseLength(120.0)
 # django-ratelimit is synchronous: on Redis its counting runs on these threads, off the
@@ -78,42 +81,6 @@ def _keeper(counters: QuotaCounters) -> LeaseKeeper:
     return _lease_keeper
 
 
-def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
-    """The application's ceilings on `max_tokens` (clamped or refused) and on `n`."""
-    n = request.body.get("n") or 1
-    if principal.max_n is not None and n > principal.max_n:
-        raise bad_request(
-            f"Application {principal.application_slug} allows n up to {principal.max_n}.",
-            param="n",
-        )
-    ceiling = principal.max_tokens_ceiling
-    if ceiling is None:
-        return
-    for name in ("max_tokens", "max_completion_tokens"):
-        asked = request.body.get(name)
-        if asked is not None and asked > ceiling:
-            if not principal.clamp_max_tokens:
-                raise bad_request(
-                    f"Application {principal.application_slug} allows {name} up to {ceiling}.",
-                    param=name,
-                )
-            request.body[name] = ceiling
-
-
-def estimated_tokens(principal: Principal, request: ClientRequest, raw_size: int) -> int:
-    """Prompt (about 4 bytes a token, counted on the raw body: never too low) plus the
-    most the answer may take."""
-    prompt = raw_size // 4 + 1
-    if request.endpoint is Endpoint.EMBEDDINGS:
-        return prompt
-    body = request.body
-    out = (
-        body.get("max_completion_tokens") or body.get("max_tokens") or principal.default_max_tokens
-    )
-    out = min(out, principal.max_tokens_ceiling or out)
-    return prompt + out * (body.get("n") or 1)
-
-
 def batch_share(limit: float, reserve: float) -> float:
     """What batch calls may use of a limit: all but `reserve` of it (rounded up), and at
     least one, so a limit of 1 still serves batch when nobody else asks."""
@@ -121,20 +88,21 @@ def batch_share(limit: float, reserve: float) -> float:
     return max(0, limit - max(0, kept))
 
 
-async def admit(
+async def reserve_quota(
     principal: Principal,
-    request: ClientRequest,
-    route: RouteSpec,
-    http_request: HttpRequest,
-    request_id: str,
     *,
+    tokens: int,
+    cost_ceiling: float,
+    slot: str,
     priority: str = PriorityClass.INTERACTIVE,
 ) -> Ticket | None:
-    """Raise 429 when a limit says no; else the reservation to settle later (None when
-    no limit applies). Batch calls get their share of each rate and concurrency limit."""
+    """Reserve `tokens` (the most the call may take) and `cost_ceiling` (the most it may
+    cost) on every limit of the principal's scopes, and one concurrency lease under `slot`.
+    Raise 429 when a limit says no; else the reservation to settle later (None when no limit
+    applies). Batch calls get their share of each rate and concurrency limit."""
     batch = priority == PriorityClass.BATCH and settings.SLUICE_QUOTA_INTERACTIVE_RESERVE > 0
     try:
-        return await _admit(principal, request, route, http_request, request_id, batch)
+        return await _reserve(principal, tokens, cost_ceiling, slot, batch)
     except QuotaStoreDown:
         raise GatewayError(
             503,
@@ -145,13 +113,8 @@ async def admit(
         ) from None
 
 
-async def _admit(
-    principal: Principal,
-    request: ClientRequest,
-    route: RouteSpec,
-    http_request: HttpRequest,
-    request_id: str,
-    batch: bool,
+async def _reserve(
+    principal: Principal, tokens: int, cost: float, request_id: str, batch: bool
 ) -> Ticket | None:
     limits = await limits_for(principal)
     if not limits:
@@ -162,15 +125,12 @@ async def _admit(
     rpm = [s for s in limits if s.requests_per_minute]
     counting = None
     if rpm and _counted_in_memory():
-        _check_requests(_rpm_usage(rpm, http_request, batch), ticket)
+        _check_requests(_rpm_usage(rpm, batch), ticket)
     elif rpm:
         # The request count (django-ratelimit, in a thread) and the reservation run side
         # by side; a request refused per minute gives its reservation straight back.
-        counting = asyncio.ensure_future(_count_request(rpm, http_request, ticket, batch))
+        counting = asyncio.ensure_future(_count_request(rpm, ticket, batch))
 
-    tokens = estimated_tokens(principal, request, len(http_request.body))
-    prices = [d.output_price_per_million for d in route.chain] or [0]
-    cost = tokens * float(max(prices)) / 1_000_000  # at most this much
     planned = _counters(limits, principal.team_time_zone, tokens, cost, now, batch=batch)
     try:
         checks = [p.check for p in planned]
@@ -343,12 +303,10 @@ def _refusal(counter: _Counter, used: float, tokens: int, now: float) -> Gateway
     )
 
 
-async def _count_request(
-    rpm: list[ScopeLimits], http_request: HttpRequest, ticket: Ticket, batch: bool
-) -> None:
+async def _count_request(rpm: list[ScopeLimits], ticket: Ticket, batch: bool) -> None:
     try:
         loop = asyncio.get_running_loop()
-        usages = await loop.run_in_executor(_rpm_threads, _rpm_usage, rpm, http_request, batch)
+        usages = await loop.run_in_executor(_rpm_threads, _rpm_usage, rpm, batch)
     except (RedisError, OSError) as exc:
         redis_down(exc)  # raises when quotas fail closed
         return  # open: requests per minute go unchecked, the other counters fall back
@@ -392,7 +350,7 @@ def _counted_in_memory() -> bool:
 
 
 def _rpm_usage(
-    rpm: list[ScopeLimits], http_request: HttpRequest, batch: bool = False
+    rpm: list[ScopeLimits], batch: bool = False
 ) -> list[tuple[ScopeLimits, dict | None]]:
     """Count the request in each scope. A batch call is held to its share of the limit,
     and one over it is not counted (it would spend what is kept for interactive calls)."""
@@ -402,7 +360,7 @@ def _rpm_usage(
 
         def usage(increment: bool, s: ScopeLimits = s) -> dict | None:
             return get_usage(
-                http_request,
+                None,  # the count is the scope's (the key below), not the request's
                 group="sluice.rpm",
                 key=lambda group, request: f"{s.scope}:{s.target}",
                 rate=f"{s.requests_per_minute}/m",

@@ -1,0 +1,178 @@
+-- KEYS: state, slots, budget, held, batch slots, interactive queue, batch queue, waiters,
+-- members waiting (interactive), members waiting (batch), service counters, waiters last
+-- heard of (each worker's sweep vouches for its own every second: a dead worker's waiters
+-- fall silent and are passed over).
+-- ARGV[1..6]: now, key base (for each member's own queue), grant channel, max concurrency,
+-- lease, reserve; then each script's own.
+local now, base, channel = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local maxc, lease, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local K_STATE, K_SLOTS, K_BUDGET, K_HELD, K_BATCH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_QUEUE = {interactive = KEYS[6], batch = KEYS[7]}
+local K_WAITER = KEYS[8]
+local K_MEMBERS = {interactive = KEYS[9], batch = KEYS[10]}
+local K_SERVICE, K_HEARD = KEYS[11], KEYS[12]
+
+local function split(text)
+  local out = {}
+  for part in string.gmatch(text, '([^|]*)|?') do out[#out + 1] = part end
+  return out
+end
+
+local function member_queue(class, member) return base .. ':wq:' .. class .. ':' .. member end
+
+local function service_of(member) return tonumber(redis.call('HGET', K_SERVICE, member) or '0') end
+
+local function state()
+  local st = redis.call('HMGET', K_STATE, 'mode', 'open_until', 'half_successes', 'limit')
+  return st[1] or 'closed', tonumber(st[2] or '0'), tonumber(st[3] or '0'),
+         math.min(tonumber(st[4] or maxc), maxc)
+end
+
+local function allowed_slots()
+  local mode, open_until, half, limit = state()
+  if mode == 'open' then return 0 end
+  local allowed = math.floor(limit)
+  if mode == 'half_open' then allowed = math.min(allowed, 1 + half) end
+  return allowed
+end
+
+local function batch_cap(allowed)
+  if allowed <= 0 then return 0 end
+  local kept = math.max(0, math.min(allowed - 1, math.ceil(allowed * reserve - RESERVE_EPSILON)))
+  return allowed - kept
+end
+
+local function count_attempt(retry)
+  local bucket = math.floor(now / BUDGET_WIDTH)
+  redis.call('HINCRBY', K_BUDGET, (retry and 'r:' or 'f:') .. bucket, 1)
+  local stale = {}
+  for b = bucket - 2 * BUDGET_BUCKETS, bucket - BUDGET_BUCKETS do
+    stale[#stale + 1] = 'f:' .. b
+    stale[#stale + 1] = 'r:' .. b
+  end
+  redis.call('HDEL', K_BUDGET, unpack(stale))
+  redis.call('EXPIRE', K_BUDGET, math.ceil(BUDGET_WIDTH * BUDGET_BUCKETS * 2))
+end
+
+local function purge_expired_slots()
+  local expired = redis.call('ZRANGEBYSCORE', K_SLOTS, '-inf', now)
+  for i = 1, #expired do
+    redis.call('ZREM', K_SLOTS, expired[i])
+    redis.call('ZREM', K_BATCH, expired[i])
+    redis.call('HDEL', K_HELD, expired[i])
+  end
+end
+
+-- waiter info: class|member|until|estimate|retry
+local function remove_waiter(slot)
+  local info = redis.call('HGET', K_WAITER, slot)
+  if not info then return nil end
+  local w = split(info)
+  local class, member = w[1], w[2]
+  redis.call('HDEL', K_WAITER, slot)
+  redis.call('ZREM', K_HEARD, slot)
+  redis.call('ZREM', K_QUEUE[class], slot)
+  redis.call('ZREM', member_queue(class, member), slot)
+  if redis.call('HINCRBY', K_MEMBERS[class], member, -1) <= 0 then
+    redis.call('HDEL', K_MEMBERS[class], member)
+  end
+  return w
+end
+
+local function waiting_member(member)
+  return redis.call('HEXISTS', K_MEMBERS.interactive, member) == 1
+      or redis.call('HEXISTS', K_MEMBERS.batch, member) == 1
+end
+
+local function join(slot, class, member, until_, estimate, retry)
+  if not waiting_member(member) then
+    local level = nil
+    for _, c in ipairs({'interactive', 'batch'}) do
+      for _, m in ipairs(redis.call('HKEYS', K_MEMBERS[c])) do
+        local s = service_of(m)
+        if level == nil or s < level then level = s end
+      end
+    end
+    if level == nil then level = tonumber(redis.call('HGET', K_STATE, 'last_served') or '0') end
+    if service_of(member) < level then redis.call('HSET', K_SERVICE, member, level) end
+  end
+  redis.call('HSET', K_WAITER, slot,
+             table.concat({class, member, until_, estimate, retry and '1' or '0'}, '|'))
+  redis.call('ZADD', K_QUEUE[class], now, slot)
+  redis.call('ZADD', K_HEARD, now, slot)
+  redis.call('ZADD', member_queue(class, member), now, slot)
+  redis.call('EXPIRE', member_queue(class, member), STATE_TTL)
+  redis.call('HINCRBY', K_MEMBERS[class], member, 1)
+end
+
+-- The member's oldest live waiter in a class (dropping the ones whose time ran out, and
+-- those of a worker gone silent).
+local function oldest_of(class, member)
+  local q = member_queue(class, member)
+  while true do
+    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+    if #first == 0 then return nil end
+    local info = redis.call('HGET', K_WAITER, first[1])
+    local heard = tonumber(redis.call('ZSCORE', K_HEARD, first[1]) or '0')
+    if info and tonumber(split(info)[3]) >= now and heard >= now - SILENCE then
+      return first[1], tonumber(first[2])
+    end
+    if info then remove_waiter(first[1]) else redis.call('ZREM', q, first[1]) end
+  end
+end
+
+local function fairest(class)
+  local best, best_service, best_since = nil, nil, nil
+  for _, member in ipairs(redis.call('HKEYS', K_MEMBERS[class])) do
+    local slot, since = oldest_of(class, member)
+    if slot then
+      local s = service_of(member)
+      if best == nil or s < best_service or (s == best_service and since < best_since) then
+        best, best_service, best_since = slot, s, since
+      end
+    end
+  end
+  return best
+end
+
+local function grant(slot)
+  local w = remove_waiter(slot)
+  local class, member, estimate = w[1], w[2], tonumber(w[4])
+  redis.call('ZADD', K_SLOTS, now + lease, slot)
+  if class == 'batch' then redis.call('ZADD', K_BATCH, now + lease, slot) end
+  redis.call('HSET', K_HELD, slot, table.concat({class, member, estimate, now}, '|'))
+  local served = service_of(member)
+  redis.call('HSET', K_STATE, 'last_served', served)
+  redis.call('HSET', K_SERVICE, member, served + estimate)
+  count_attempt(w[5] == '1')
+end
+
+-- Grant free slots while an eligible request waits; publish who got one (but `quiet`).
+local function dispatch(quiet)
+  local mode, open_until = state()
+  if mode == 'open' then
+    if now < open_until then return {} end
+    redis.call('HSET', K_STATE, 'mode', 'half_open', 'half_successes', 0)
+  end
+  purge_expired_slots()
+  local allowed = allowed_slots()
+  local granted, woken = {}, {}
+  while redis.call('ZCARD', K_SLOTS) < allowed do
+    local slot = nil
+    if redis.call('HLEN', K_MEMBERS.interactive) > 0 then slot = fairest('interactive') end
+    if not slot and redis.call('HLEN', K_MEMBERS.batch) > 0
+       and redis.call('ZCARD', K_BATCH) < batch_cap(allowed) then
+      slot = fairest('batch')
+    end
+    if not slot then break end
+    grant(slot)
+    granted[#granted + 1] = slot
+    if slot ~= quiet then woken[#woken + 1] = slot end
+  end
+  if #woken > 0 then redis.call('PUBLISH', channel, table.concat(woken, ' ')) end
+  return granted
+end
+
+local function keep(ttl)
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+end

@@ -1,0 +1,61 @@
+-- ARGV[7..]: slot, result, threshold, cooldown, close after, service ('' when unknown),
+-- repeat ('1': the call reached this deployment before). Returns 1, or 2 when congested.
+local slot, result = ARGV[7], ARGV[8]
+local threshold, cooldown, close_after = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local service, repeat_ = tonumber(ARGV[12]), ARGV[13] == '1'
+redis.call('ZREM', K_SLOTS, slot)
+redis.call('ZREM', K_BATCH, slot)
+local held = redis.call('HGET', K_HELD, slot)
+local since = now
+if held then
+  redis.call('HDEL', K_HELD, slot)
+  local h = split(held)
+  since = tonumber(h[4])
+  if result == 'success' then
+    local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
+    redis.call('HSET', K_STATE, 'hold', (1 - HOLD_WEIGHT) * hold + HOLD_WEIGHT * math.max(0, now - since))
+  end
+  if service then redis.call('HINCRBYFLOAT', K_SERVICE, h[2], service - tonumber(h[3])) end
+end
+local congested = false
+if result ~= 'neutral' then
+  local st = redis.call('HMGET', K_STATE, 'mode', 'failures', 'half_successes', 'limit',
+                        'streak', 'reason', 'open_until', 'cut_at')
+  local mode, reason = st[1] or 'closed', st[6] or ''
+  local failures, half = tonumber(st[2] or '0'), tonumber(st[3] or '0')
+  local limit = math.min(tonumber(st[4] or maxc), maxc)
+  local streak, open_until = tonumber(st[5] or '0'), tonumber(st[7] or '0')
+  local cut_at = tonumber(st[8] or '0')
+  if result == 'success' then
+    failures = 0
+    if mode == 'half_open' then
+      half = half + 1
+      if half >= close_after then mode, reason = 'closed', '' end
+    end
+    streak = streak + 1
+    if streak >= math.floor(limit) then limit, streak = math.min(maxc, limit + 1), 0 end
+  else
+    local counts = not repeat_
+    if result == 'capacity' and mode == 'closed' then
+      if since < cut_at then
+        congested = true
+      elseif limit > FLOOR then
+        limit = math.max(FLOOR, math.min(limit - 1, math.floor(limit * CUT + 0.5)))
+        cut_at, streak = now, 0
+        congested = true
+      end
+      if congested then counts = false end
+    end
+    if counts then failures = failures + 1 end
+    if threshold > 0 and (result == 'misconfigured' or mode == 'half_open'
+                          or (counts and failures >= threshold)) then
+      mode, open_until, failures, half, reason = 'open', now + cooldown, 0, 0, result
+    end
+  end
+  redis.call('HSET', K_STATE, 'mode', mode, 'failures', failures, 'half_successes', half,
+             'limit', limit, 'streak', streak, 'reason', reason, 'open_until', open_until,
+             'cut_at', cut_at)
+end
+dispatch(nil)
+keep(STATE_TTL)
+return congested and 2 or 1
