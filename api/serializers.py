@@ -99,6 +99,7 @@ class ApplicationOut(serializers.ModelSerializer):
             "max_tokens_ceiling",
             "clamp_max_tokens",
             "max_n",
+            "batch_windows",
             "cache_ttl_seconds",
         ]
 
@@ -121,6 +122,13 @@ class _ApplicationFields(StrictSerializer):
     max_n = serializers.IntegerField(min_value=1, max_value=10_000, required=False, allow_null=True)
     cache_ttl_seconds = serializers.IntegerField(
         min_value=0, max_value=MAX_CACHE_TTL_SECONDS, required=False
+    )
+    batch_windows = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text='When its batches may run, in its team\'s time zone: "00:00-06:00" (several '
+        'comma separated), "any", or blank to follow the team.',
     )
 
 

@@ -167,6 +167,23 @@ def test_update_application_routes(client_as: Any, role: str) -> None:
         assert_error(response, status)
 
 
+@pytest.mark.parametrize(
+    ("windows", "status", "stored"),
+    [("22:00-06:00,01:00-02:00", 200, "22:00-06:00, 01:00-02:00"), ("25:00-26:00", 400, "")],
+)
+def test_update_application_batch_windows(
+    client_as: Any, windows: str, status: int, stored: str
+) -> None:
+    response = client_as("admin").patch(
+        "/api/v1/applications/acme-app/", {"batch_windows": windows}, format="json"
+    )
+    if status == 200:
+        assert response.status_code == 200
+        assert response.json()["batch_windows"] == stored
+    else:
+        assert_error(response, status)
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_issue_key(world: Any, client_as: Any, role: str) -> None:
     body = {"application": "acme-app", "member": "dev@acme.test", "name": "ci"}
