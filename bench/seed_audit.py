@@ -190,7 +190,13 @@ def _columns(model: type[models.Model]) -> list[models.Field]:
 
 
 def _defaults(fields: list[models.Field]) -> dict[str, Any]:
-    return {f.attname: (f.get_default() if f.has_default() else None) for f in fields}
+    # A text column without a default (e.g. batch_id) is "" in Django, never NULL.
+    return {
+        f.attname: (
+            f.get_default() if f.has_default() or (f.empty_strings_allowed and not f.null) else None
+        )
+        for f in fields
+    }
 
 
 def calls(

@@ -32,7 +32,11 @@ def _format(value: float, unit: str) -> str:
     if unit == "%":
         return f"{value:.0%}" if value >= 0.1 or value == 0 else f"{value:.1%}"
     if unit == "USD":
-        return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:.4f}"
+        if value >= 1 or value == 0:
+            return f"${value:,.2f}"
+        # Below a dollar: as many decimals as needed (up to 4), at least 2 ($0.25, $0.0025).
+        digits = f"{value:.4f}".rstrip("0")
+        return "$" + digits.ljust(len(digits.split(".")[0]) + 3, "0")
     if value >= 1_000_000:
         return f"{value / 1_000_000:.1f}M"
     if value >= 10_000:

@@ -1,6 +1,7 @@
 """The overview (totals and the live capacity board), My usage, and the admin actions log."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
+from zoneinfo import ZoneInfo
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -10,8 +11,10 @@ from django.views.decorators.cache import never_cache
 from accounts.models import Member
 from accounts.selectors import admin_actions_visible_to
 from console.access import console_view, viewer_of
+from console.series_charts import series_charts
 from console.tables import Column, table
 from quotas.selectors import limit_rows, limits_of_member, member_usage
+from quotas.usage_report import Period, usage_series
 from routing.selectors import deployment_board, recent_calls, usage_totals
 
 
@@ -23,6 +26,17 @@ def overview(request: HttpRequest) -> HttpResponse:
         "hour": usage_totals(viewer=viewer, since=now - timedelta(hours=1)),
         "day": usage_totals(viewer=viewer, since=now - timedelta(days=1)),
         "board": deployment_board(now=now),
+    }
+    # The last 24 rollup hours (the current one included), in UTC so every bucket is a
+    # whole rollup hour whatever the viewer's zone; at most 24 hours of rollups are read.
+    end = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    period = Period(end - timedelta(hours=24), end, ZoneInfo("UTC"), "last 24 hours (UTC)")
+    series = usage_series(viewer=viewer, period=period)
+    context |= {
+        "period": period,
+        "series": series,
+        # Capacity-error shares are about shared deployments: shown to those who manage.
+        "charts": series_charts(series, with_capacity=viewer.can_manage),
     }
     return render(request, "console/overview.html", context)
 

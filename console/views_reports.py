@@ -14,8 +14,9 @@ from django.utils.dateparse import parse_date
 
 from accounts.selectors import Viewer, applications_visible_to, teams_visible_to
 from console.access import console_view, viewer_of
-from console.charts import heat_colour, line_chart
+from console.charts import heat_colour
 from console.csv_export import csv_response
+from console.series_charts import series_charts
 from console.views_batches import window_applications
 from quotas.usage_report import (
     COLUMNS,
@@ -121,40 +122,7 @@ def usage_report_view(request: HttpRequest) -> HttpResponse:
         name = f"sluice-usage-{group_by}-{scope.period.start:%Y%m%d}-{scope.period.end:%Y%m%d}.csv"
         return csv_response(name, [group_by, *(h for _, h in COLUMNS)], rows)
     series = usage_series(viewer=viewer, period=scope.period, team_id=scope.team_id)
-    hourly = series.unit == "hour"
-    charts = []
-    if series.deployments:
-        for key, title, unit, data in (
-            ("calls", "Calls per deployment", "calls", series.calls),
-            ("tokens", "Tokens per deployment", "tokens", series.tokens),
-            (
-                "cost",
-                "Cost per deployment",
-                "USD",
-                {d: [float(c) for c in v] for d, v in series.cost.items()},
-            ),
-            ("capacity", "Capacity-error share per deployment", "%", series.capacity_share),
-        ):
-            charts.append(
-                {
-                    "key": key,
-                    "title": title,
-                    "unit": unit,
-                    "svg": line_chart(
-                        title=title,
-                        unit=unit,
-                        x=series.buckets,
-                        series=data,
-                        hourly=hourly,
-                        x_unit=f"{series.unit} starting",
-                        testid=f"chart-{key}",
-                    ),
-                    "rows": [
-                        (b, [data[d][i] for d in series.deployments])
-                        for i, b in enumerate(series.buckets)
-                    ],
-                }
-            )
+    charts = series_charts(series)
     context = _common(request, viewer) | {
         "report": report,
         "group_by": group_by,

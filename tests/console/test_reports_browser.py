@@ -69,6 +69,23 @@ def test_usage_report_draws_charts_and_downloads_its_csv(
     assert int(rows[-1][1]) == sum(int(r[1]) for r in rows[1:-1])
 
 
+def test_overview_draws_the_last_24_hours_charts(console: Console, report_calls: list) -> None:
+    from selenium.webdriver.common.by import By
+
+    console.login("member")
+    console.open("/")
+    chart = _testid(console, "chart-calls")
+    assert chart.size["width"] > 300 and chart.size["height"] > 80  # drawn, not blank
+    assert chart.get_attribute("aria-label") == "Calls per deployment"
+    assert chart.find_elements(By.CSS_SELECTOR, "polyline, circle")  # a line was drawn
+    # A member sees no capacity-error share; the table alternative opens with one row an hour.
+    assert not console.driver.find_elements(By.CSS_SELECTOR, "[data-testid='chart-capacity']")
+    block = _testid(console, "chart-block-calls")
+    block.find_element(By.TAG_NAME, "summary").click()
+    rows = _testid(console, "chart-table-calls").find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(rows) == 24 and rows[0].is_displayed()
+
+
 def test_member_finds_the_call_and_reads_its_timeline(
     console: Console, report_calls: list, download_dir: Path
 ) -> None:
