@@ -59,9 +59,9 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 async def _queued(state: RedisDeploymentState, name: str) -> asyncio.Task[bool]:
     """One call holds the only slot ("a"); a batch call ("b") queues behind it."""
-    assert (await state.acquire(name, LIMITS, "a", retry=False)).admitted
+    assert (await state.acquire_slot(name, LIMITS, "a", retry=False)).admitted
     claim = Claim(BATCH, "m", 10.0, wait=60)
-    admission = await state.acquire(
+    admission = await state.acquire_slot(
         name, LIMITS, "b", retry=False, claim=claim, wait_until=time.time() + 60
     )
     assert admission.queued
