@@ -127,7 +127,7 @@ def test_gateway_serves_calls_queued_when_redis_dies(
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.conftest import _gateway, wait_until
-    from tests.routing.test_priority_e2e import _call
+    from tests.e2e.test_priority_e2e import _call
 
     env = {"REDIS_URL": private_redis.url, "SLUICE_WAIT_BATCH": "20"}
     runs = _gateway(e2e_database, extra_env=env)
