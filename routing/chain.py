@@ -211,7 +211,7 @@ class ChainWalk:
         state = deployment_state()
         # A call queueing again after its own congestion is no retry for the budget.
         retry = deployment.name in self.tried and deployment.name not in self.congested
-        admission = await state.acquire(
+        admission = await state.acquire_slot(
             deployment.name,
             deployment.limits,
             slot,

@@ -268,18 +268,6 @@ def gateway(e2e_database: str) -> Iterator[GatewayHandle]:
     yield from _gateway(e2e_database)
 
 
-@pytest.fixture(scope="session")
-def gateway_two_workers(e2e_database: str) -> Iterator[GatewayHandle]:
-    """Two uvicorn workers behind one port: what they share must live in Redis."""
-    yield from _gateway(e2e_database, workers=2)
-
-
-@pytest.fixture(scope="session")
-def gateway_four_workers(e2e_database: str) -> Iterator[GatewayHandle]:
-    """Four workers: limits must hold across processes (through Redis)."""
-    yield from _gateway(e2e_database, workers=4)
-
-
 @dataclass
 class IssuedKey:
     plaintext: str

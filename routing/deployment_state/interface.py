@@ -70,7 +70,7 @@ class Snapshot:
 
 
 class DeploymentState(Protocol):
-    async def acquire(
+    async def acquire_slot(
         self,
         name: str,
         limits: Limits,

@@ -84,7 +84,7 @@ class LocalDeploymentState:
             d.limit = float(limits.max_concurrency)
         return d
 
-    async def acquire(
+    async def acquire_slot(
         self,
         name: str,
         limits: Limits,

@@ -127,7 +127,7 @@ class RedisDeploymentState:
         self.policy.recovered()
         return result
 
-    async def acquire(
+    async def acquire_slot(
         self,
         name: str,
         limits: Limits,
@@ -149,7 +149,7 @@ class RedisDeploymentState:
             admitted, refusal, detail, *why = await self._run("acquire", name, limits, now, *args)
         except (RedisError, OSError):
             grant_listener(self).forget(slot)
-            admission = await self._fallback.acquire(
+            admission = await self._fallback.acquire_slot(
                 name, limits, slot, retry=retry, claim=claim, wait_until=wait_until, now=now
             )
             if admission.admitted:
@@ -203,7 +203,7 @@ class RedisDeploymentState:
             if waiting.lost and not self.policy.down:
                 log.warning("Redis lost queued call %s; queueing it again", slot)
                 return await self._requeue(slot, waiting)
-            admission = await self._fallback.acquire(
+            admission = await self._fallback.acquire_slot(
                 name,
                 limits,
                 slot,
@@ -223,7 +223,7 @@ class RedisDeploymentState:
 
     async def _requeue(self, slot: str, waiting: _Waiting) -> bool:
         self._queued.pop(slot, None)
-        admission = await self.acquire(
+        admission = await self.acquire_slot(
             waiting.name,
             waiting.limits,
             slot,

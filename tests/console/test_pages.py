@@ -308,9 +308,9 @@ def test_the_board_shows_live_slots_and_an_open_breaker(people):
 
     async def hold_then_fail() -> None:
         await state.reset("big")
-        await state.acquire("big", limits, "held-1", retry=False, claim=batch)
+        await state.acquire_slot("big", limits, "held-1", retry=False, claim=batch)
         for i in range(3):
-            await state.acquire("big", limits, f"x-{i}", retry=False)
+            await state.acquire_slot("big", limits, f"x-{i}", retry=False)
             await state.release("big", limits, f"x-{i}", Result.FAILURE)
 
     asyncio.run(hold_then_fail())

@@ -18,7 +18,7 @@ T0 = 1_800_000_000.0
 
 async def _call(state, name, result, *, limits=LIMITS, now=T0, retry=False, repeat=False):
     slot = uuid.uuid4().hex
-    admission = await state.acquire(name, limits, slot, retry=retry, now=now)
+    admission = await state.acquire_slot(name, limits, slot, retry=retry, now=now)
     if admission.admitted:
         await state.release(name, limits, slot, result, repeat=repeat, now=now)
     return admission
@@ -54,14 +54,14 @@ async def test_half_open_lets_probes_through_step_by_step_then_closes(state, nam
     for _ in range(3):
         await _call(state, name, Result.FAILURE)
     later = T0 + 301
-    first = await state.acquire(name, LIMITS, "p1", retry=False, now=later)
+    first = await state.acquire_slot(name, LIMITS, "p1", retry=False, now=later)
     assert first.admitted
-    second = await state.acquire(name, LIMITS, "p2", retry=False, now=later)
+    second = await state.acquire_slot(name, LIMITS, "p2", retry=False, now=later)
     assert second.refusal is Refusal.BREAKER  # one probe at a time at first
     await state.release(name, LIMITS, "p1", Result.SUCCESS, now=later)
-    assert (await state.acquire(name, LIMITS, "p2", retry=False, now=later)).admitted
-    assert (await state.acquire(name, LIMITS, "p3", retry=False, now=later)).admitted
-    assert not (await state.acquire(name, LIMITS, "p4", retry=False, now=later)).admitted
+    assert (await state.acquire_slot(name, LIMITS, "p2", retry=False, now=later)).admitted
+    assert (await state.acquire_slot(name, LIMITS, "p3", retry=False, now=later)).admitted
+    assert not (await state.acquire_slot(name, LIMITS, "p4", retry=False, now=later)).admitted
     await state.release(name, LIMITS, "p2", Result.SUCCESS, now=later)
     await state.release(name, LIMITS, "p3", Result.SUCCESS, now=later)
     assert (await state.snapshot(name, LIMITS, now=later)).mode == "closed"
@@ -106,27 +106,27 @@ async def test_no_more_in_flight_than_the_effective_limit(state, name):
     limits = Limits(max_concurrency=3)
     slots = [f"s{i}" for i in range(3)]
     for slot in slots:
-        assert (await state.acquire(name, limits, slot, retry=False, now=T0)).admitted
-    refused = await state.acquire(name, limits, "s3", retry=False, now=T0)
+        assert (await state.acquire_slot(name, limits, slot, retry=False, now=T0)).admitted
+    refused = await state.acquire_slot(name, limits, "s3", retry=False, now=T0)
     assert refused.refusal is Refusal.CONCURRENCY
     await state.release(name, limits, "s0", Result.NEUTRAL, now=T0)
-    assert (await state.acquire(name, limits, "s3", retry=False, now=T0)).admitted
+    assert (await state.acquire_slot(name, limits, "s3", retry=False, now=T0)).admitted
     assert (await state.snapshot(name, limits, now=T0)).in_flight == 3
 
 
 async def test_slots_of_a_dead_worker_expire_with_their_lease(state, name):
     limits = Limits(max_concurrency=1, lease=30)
-    assert (await state.acquire(name, limits, "dead", retry=False, now=T0)).admitted
-    assert not (await state.acquire(name, limits, "b", retry=False, now=T0 + 29)).admitted
-    assert (await state.acquire(name, limits, "b", retry=False, now=T0 + 31)).admitted
+    assert (await state.acquire_slot(name, limits, "dead", retry=False, now=T0)).admitted
+    assert not (await state.acquire_slot(name, limits, "b", retry=False, now=T0 + 29)).admitted
+    assert (await state.acquire_slot(name, limits, "b", retry=False, now=T0 + 31)).admitted
 
 
 async def test_renewed_lease_keeps_its_slot(state, name):
     limits = Limits(max_concurrency=1, lease=30)
     now = time.time()
-    assert (await state.acquire(name, limits, "long", retry=False, now=now - 29)).admitted
+    assert (await state.acquire_slot(name, limits, "long", retry=False, now=now - 29)).admitted
     await state.renew({name: (limits, ["long"])})
-    assert not (await state.acquire(name, limits, "b", retry=False, now=now + 5)).admitted
+    assert not (await state.acquire_slot(name, limits, "b", retry=False, now=now + 5)).admitted
 
 
 async def test_retry_budget_is_a_tenth_of_first_attempts(state, name):
@@ -161,7 +161,7 @@ async def test_threshold_zero_switches_the_breaker_off(state, name):
 async def _burst(state, name, limits, count, now):
     slots = [uuid.uuid4().hex for _ in range(count)]
     for slot in slots:
-        assert (await state.acquire(name, limits, slot, retry=False, now=now)).admitted
+        assert (await state.acquire_slot(name, limits, slot, retry=False, now=now)).admitted
     return slots
 
 

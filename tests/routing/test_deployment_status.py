@@ -34,11 +34,11 @@ def test_status_shows_in_flight_and_waiting_by_class(state, e2e_database, commit
         limits = (await catalog.routes())["smart"].chain[0].limits  # big: 4 slots
         for i in range(limits.max_concurrency):
             claim = Claim("batch" if i == 0 else "interactive", "m", 0, 0)
-            await state.acquire("big", limits, f"held-{i}", retry=False, claim=claim)
+            await state.acquire_slot("big", limits, f"held-{i}", retry=False, claim=claim)
         until = time.time() + 60
         for slot, priority in (("w1", "interactive"), ("w2", "batch"), ("w3", "batch")):
             claim = Claim(priority, "m", 0, 0)
-            queued = await state.acquire(
+            queued = await state.acquire_slot(
                 "big", limits, slot, retry=False, claim=claim, wait_until=until
             )
             assert queued.queued

@@ -16,8 +16,8 @@ def limits(concurrency: int) -> Limits:
 async def test_snapshot_and_sweep_answer_from_this_worker_while_redis_is_down(name, caplog):
     state = RedisDeploymentState(DOWN_URL, prefix="unreachable")
     lim = limits(1)
-    assert (await state.acquire(name, lim, "holder", retry=False)).admitted
-    queued = await state.acquire(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
+    assert (await state.acquire_slot(name, lim, "holder", retry=False)).admitted
+    queued = await state.acquire_slot(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
     assert queued.queued
 
     snapshot = await state.snapshot(name, lim)

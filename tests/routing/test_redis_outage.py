@@ -59,9 +59,9 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 async def _queued(state: RedisDeploymentState, name: str) -> asyncio.Task[bool]:
     """One call holds the only slot ("a"); a batch call ("b") queues behind it."""
-    assert (await state.acquire(name, LIMITS, "a", retry=False)).admitted
+    assert (await state.acquire_slot(name, LIMITS, "a", retry=False)).admitted
     claim = Claim(BATCH, "m", 10.0, wait=60)
-    admission = await state.acquire(
+    admission = await state.acquire_slot(
         name, LIMITS, "b", retry=False, claim=claim, wait_until=time.time() + 60
     )
     assert admission.queued
@@ -127,7 +127,7 @@ def test_gateway_serves_calls_queued_when_redis_dies(
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.conftest import _gateway, wait_until
-    from tests.routing.test_priority_e2e import _call
+    from tests.e2e.test_priority_e2e import _call
 
     env = {"REDIS_URL": private_redis.url, "SLUICE_WAIT_BATCH": "20"}
     runs = _gateway(e2e_database, extra_env=env)

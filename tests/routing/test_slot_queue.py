@@ -29,7 +29,7 @@ class Deployment:
         self, slot: str, priority: str = INTERACTIVE, member: str = "m", *, wait=WAIT, cost=100.0
     ):
         self.now += 0.001  # arrivals are ordered
-        return await self.state.acquire(
+        return await self.state.acquire_slot(
             self.name,
             self.limits,
             slot,
@@ -239,9 +239,9 @@ async def test_position_and_oldest_wait_are_reported(state, name):
 async def test_wait_wakes_on_a_grant_from_a_release(state, name):
     """The real clock and the real wake-up path (Redis: published, heard by the listener)."""
     lim = limits(1)
-    assert (await state.acquire(name, lim, "holder", retry=False)).admitted
+    assert (await state.acquire_slot(name, lim, "holder", retry=False)).admitted
     loop = asyncio.get_running_loop()
-    queued = await state.acquire(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
+    queued = await state.acquire_slot(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
     assert queued.queued
     waiting = asyncio.create_task(state.wait(name, "waiter", 5))
     await asyncio.sleep(0.05)
@@ -254,8 +254,10 @@ async def test_wait_wakes_on_a_grant_from_a_release(state, name):
 
 async def test_wait_times_out_without_a_grant(state, name):
     lim = limits(1)
-    assert (await state.acquire(name, lim, "holder", retry=False)).admitted
-    assert (await state.acquire(name, lim, "w", retry=False, wait_until=time.time() + 30)).queued
+    assert (await state.acquire_slot(name, lim, "holder", retry=False)).admitted
+    assert (
+        await state.acquire_slot(name, lim, "w", retry=False, wait_until=time.time() + 30)
+    ).queued
     assert await state.wait(name, "w", 0.1) is False
     assert (await state.leave(name, lim, "w")).granted is False
 
@@ -280,8 +282,8 @@ async def test_with_redis_unreachable_the_queue_works_per_worker(name, caplog):
 
     state = RedisDeploymentState("redis://127.0.0.1:1/0", prefix="unreachable")
     lim = limits(1)
-    assert (await state.acquire(name, lim, "holder", retry=False)).admitted
-    queued = await state.acquire(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
+    assert (await state.acquire_slot(name, lim, "holder", retry=False)).admitted
+    queued = await state.acquire_slot(name, lim, "waiter", retry=False, wait_until=time.time() + 30)
     assert queued.queued
     waiting = asyncio.create_task(state.wait(name, "waiter", 5))
     await state.release(name, lim, "holder", Result.SUCCESS)

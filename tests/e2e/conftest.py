@@ -1,6 +1,9 @@
-"""Fixtures of the Batch API tests: a simulator whose answers take a while (so a batch is
-still running when a test cancels it, kills its runner or closes its window), a gateway
-sharing one batch-file folder and one Redis prefix with the runners the tests start."""
+"""Fixtures of the end-to-end tests (a real gateway under uvicorn, the openai SDK): gateways
+with several workers, and for the Batch API a simulator whose answers take a while (so a batch
+is still running when a test cancels it, kills its runner or closes its window), a gateway
+sharing one batch-file folder and one Redis prefix with the runners the tests start. The
+single-worker gateway, the simulators and the scenario stay in tests/conftest.py: console,
+accounts and routing tests outside this folder use them too."""
 
 import json
 import os
@@ -16,6 +19,19 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import ROOT, GatewayHandle, SimulatorHandle, _gateway, _simulator, wait_until
+
+
+@pytest.fixture(scope="session")
+def gateway_two_workers(e2e_database: str) -> Iterator[GatewayHandle]:
+    """Two uvicorn workers behind one port: what they share must live in Redis."""
+    yield from _gateway(e2e_database, workers=2)
+
+
+@pytest.fixture(scope="session")
+def gateway_four_workers(e2e_database: str) -> Iterator[GatewayHandle]:
+    """Four workers: limits must hold across processes (through Redis)."""
+    yield from _gateway(e2e_database, workers=4)
+
 
 LAG_MS = 300
 

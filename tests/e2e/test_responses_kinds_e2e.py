@@ -7,7 +7,7 @@ import json
 import openai
 import pytest
 
-from tests.routing.test_anthropic_e2e import (  # noqa: F401 - fixtures
+from tests.e2e.test_anthropic_e2e import (  # noqa: F401 - fixtures
     catalog,
     gpt,
     key,
