@@ -42,6 +42,21 @@ def wait_until(check: Callable[[], T | None], *, timeout: float = 10.0, every: f
         time.sleep(every)
 
 
+def wait_until_served(base_url: str, key: str, model: str, messages: list[dict]) -> None:
+    """Wait until the gateway's catalog (refreshed within SLUICE_CATALOG_CACHE_SECONDS)
+    serves `model` to this key: for tests that apply config while the gateway runs."""
+    wait_until(
+        lambda: (
+            httpx.post(
+                f"{base_url}/v1/chat/completions",
+                headers={"authorization": f"Bearer {key}"},
+                json={"model": model, "messages": messages},
+            ).status_code
+            == 200
+        )
+    )
+
+
 def _start(
     args: list[str], *, url: str, env: dict[str, str] | None = None, stderr: Any = None
 ) -> subprocess.Popen:

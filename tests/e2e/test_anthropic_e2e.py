@@ -19,7 +19,13 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import GatewayHandle, SimulatorHandle, _simulator, free_port, wait_until
+from tests.conftest import (
+    GatewayHandle,
+    SimulatorHandle,
+    _simulator,
+    free_port,
+    wait_until_served,
+)
 
 HI = [{"role": "user", "content": "hello"}]
 WEATHER = {
@@ -165,16 +171,7 @@ def catalog(
 @pytest.fixture
 def key(gateway: GatewayHandle, catalog: None, issue_key) -> str:
     plaintext = issue_key(application="kinds").plaintext
-    wait_until(
-        lambda: (
-            httpx.post(
-                f"{gateway.url}/v1/chat/completions",
-                headers={"authorization": f"Bearer {plaintext}"},
-                json={"model": "k-claude", "messages": HI},
-            ).status_code
-            == 200
-        )
-    )
+    wait_until_served(gateway.url, plaintext, "k-claude", HI)
     return plaintext
 
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import GatewayHandle, free_port, wait_until
+from tests.conftest import GatewayHandle, free_port, wait_until_served
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 ACCOUNT = {"OpenAI-Organization": "org-abc", "OpenAI-Project": "proj_1", "OpenAI-Beta": "x=v1"}
@@ -146,17 +146,7 @@ def upstream(e2e_database: str, django_db_blocker: Any) -> Iterator[Upstream]:
 @pytest.fixture
 def key(gateway: GatewayHandle, upstream: Upstream, issue_key) -> str:
     plaintext = issue_key(application="protocol").plaintext
-    # The gateway's catalog catches up within SLUICE_CATALOG_CACHE_SECONDS.
-    wait_until(
-        lambda: (
-            httpx.post(
-                f"{gateway.url}/v1/chat/completions",
-                headers={"authorization": f"Bearer {plaintext}"},
-                json={"model": "p-plain", "messages": MESSAGES},
-            ).status_code
-            == 200
-        )
-    )
+    wait_until_served(gateway.url, plaintext, "p-plain", MESSAGES)
     return plaintext
 
 
