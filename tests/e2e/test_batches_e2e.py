@@ -320,11 +320,15 @@ def test_a_limit_that_says_no_makes_lines_wait_not_fail(
     done = _poll(client, batch.id, FINAL, timeout=60)
     assert done.status == "completed"
     assert done.request_counts.completed == 12 and done.request_counts.failed == 0
-    outcomes = Counter(
-        CallRecord.objects.filter(batch_id=batch.id).values_list("outcome", flat=True)
-    )
-    assert outcomes["success"] == 12
-    assert outcomes["concurrency_limited"] > 0  # the limit did say no, and the lines waited
+
+    # The runner's audit writer flushes in the background: wait for the twelfth success row.
+    def outcomes() -> Counter[str] | None:
+        rows = CallRecord.objects.filter(batch_id=batch.id).values_list("outcome", flat=True)
+        counts = Counter(rows)
+        return counts if counts["success"] == 12 else None
+
+    counts = wait_until(outcomes)
+    assert counts["concurrency_limited"] > 0  # the limit did say no, and the lines waited
 
 
 def test_two_runners_share_a_batch_and_send_each_line_once(
