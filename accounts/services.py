@@ -125,7 +125,7 @@ def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> 
 _KEY_FIELDS = ("name", "member", "application", "expires_at", "revoked_at")
 _MEMBER_FIELDS = ("email", "team", "role", "active")
 _TEAM_FIELDS = ("slug", "name", "time_zone")
-_APP_FIELDS = (
+APPLICATION_FIELDS = (  # what update_application takes, and the API and admin log show
     "slug",
     "name",
     "team",
@@ -406,7 +406,7 @@ def _application_values(values: dict[str, Any]) -> dict[str, Any]:
     ttl = clean.get("cache_ttl_seconds")
     if ttl is not None and not 0 <= ttl <= MAX_CACHE_TTL_SECONDS:
         raise AccountError(f"cache ttl seconds must be between 0 and {MAX_CACHE_TTL_SECONDS}")
-    unknown = set(clean) - set(_APP_FIELDS)
+    unknown = set(clean) - set(APPLICATION_FIELDS)
     if unknown:
         raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")
     return clean
@@ -440,7 +440,7 @@ def application_create(
             action="application.create",
             obj=app,
             team_id=team.pk,
-            after=snapshot_of(app, _APP_FIELDS),
+            after=snapshot_of(app, APPLICATION_FIELDS),
         )
     return app
 
@@ -455,13 +455,13 @@ def application_update(
     if "name" in clean and not clean["name"]:
         clean["name"] = application.slug
     with transaction.atomic():
-        before = snapshot_of(application, _APP_FIELDS)
+        before = snapshot_of(application, APPLICATION_FIELDS)
         for name, value in clean.items():
             setattr(application, name, value)
         application.save()
         if routes is not None:
             application.routes.set(routes)
-        after = snapshot_of(application, _APP_FIELDS)
+        after = snapshot_of(application, APPLICATION_FIELDS)
         if after != before:
             admin_action_record(
                 actor=actor,

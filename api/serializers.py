@@ -15,6 +15,7 @@ from accounts.models import (
     PriorityClass,
     Team,
 )
+from accounts.services import APPLICATION_FIELDS
 from routing.models import Outcome
 
 
@@ -88,20 +89,7 @@ class ApplicationOut(serializers.ModelSerializer):
 
     class Meta:
         model = Application
-        fields = [
-            "slug",
-            "name",
-            "team",
-            "routes",
-            "default_priority",
-            "fallback",
-            "default_max_tokens",
-            "max_tokens_ceiling",
-            "clamp_max_tokens",
-            "max_n",
-            "batch_windows",
-            "cache_ttl_seconds",
-        ]
+        fields = list(APPLICATION_FIELDS)
 
     def get_routes(self, app: Application) -> list[str]:
         return sorted(r.name for r in app.routes.all())
