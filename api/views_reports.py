@@ -14,7 +14,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.selectors import applications_visible_to, members_visible_to, teams_visible_to
+from accounts.selectors import (
+    Viewer,
+    applications_visible_to,
+    members_visible_to,
+    teams_visible_to,
+)
 from api import serializers as s
 from api.base import NoOptions
 from api.permissions import viewer_of
@@ -42,29 +47,30 @@ class CSVRenderer(BaseRenderer):
         return out.getvalue().encode()
 
 
+def _scope_ids(viewer: Viewer, q: dict[str, Any]) -> dict[str, int]:
+    """`team`, `application` and `member` filters (slug, slug, email) as ids within what the
+    viewer may see; one they may not see is unknown to them (400, like a typo)."""
+    ids: dict[str, int] = {}
+    for name, qs, field in (
+        ("team", teams_visible_to(viewer), "slug"),
+        ("application", applications_visible_to(viewer), "slug"),
+        ("member", members_visible_to(viewer), "user__email"),
+    ):
+        if name in q:
+            pk = qs.filter(**{field: q[name]}).values_list("pk", flat=True).first()
+            if pk is None:
+                raise ValidationError({name: f"No {name} {q[name]!r}."})
+            ids[f"{name}_id"] = pk
+    return ids
+
+
 def _row(row: Any) -> dict[str, Any]:
     return {
         "key": None if row.key is None else str(row.key),
         "label": row.label,
-        **{
-            name: getattr(row, name)
-            for name in (
-                "calls",
-                "success",
-                "errors",
-                "capacity_errors",
-                "rate_limit_errors",
-                "server_errors",
-                "timeouts",
-                "rejected",
-                "fallbacks",
-                "tokens_in",
-                "tokens_out",
-                "p50_ms",
-                "p95_ms",
-            )
-        },
-        "cost": str(row.cost),
+        **{attr: getattr(row, attr) for attr, _ in COLUMNS},
+        "errors": row.errors,
+        "cost": str(row.cost),  # a decimal string, exact
     }
 
 
@@ -86,17 +92,7 @@ class UsageReportView(NoOptions, APIView):
         query.is_valid(raise_exception=True)
         q = query.validated_data
         viewer = viewer_of(request)
-        filters: dict[str, int] = {}
-        for name, qs, field in (
-            ("team", teams_visible_to(viewer), "slug"),
-            ("application", applications_visible_to(viewer), "slug"),
-            ("member", members_visible_to(viewer), "user__email"),
-        ):
-            if name in q:
-                pk = qs.filter(**{field: q[name]}).values_list("pk", flat=True).first()
-                if pk is None:
-                    raise ValidationError({name: f"No {name} {q[name]!r}."})
-                filters[f"{name}_id"] = pk
+        filters = _scope_ids(viewer, q)
         zone = team_zone(filters.get("team_id") or viewer.team_id)
         try:
             period = period_for(
@@ -133,17 +129,7 @@ class CallList(NoOptions, APIView):
         query.is_valid(raise_exception=True)
         q = dict(query.validated_data)
         viewer = viewer_of(request)
-        ids: dict[str, int] = {}
-        for name, qs, field in (
-            ("team", teams_visible_to(viewer), "slug"),
-            ("application", applications_visible_to(viewer), "slug"),
-            ("member", members_visible_to(viewer), "user__email"),
-        ):
-            if name in q:
-                pk = qs.filter(**{field: q[name]}).values_list("pk", flat=True).first()
-                if pk is None:
-                    raise ValidationError({name: f"No {name} {q[name]!r}."})
-                ids[f"{name}_id"] = pk
+        ids = _scope_ids(viewer, q)
         filters = CallFilter(
             since=q.get("since"),
             until=q.get("until"),
