@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from accounts.models import Member
 from accounts.selectors import Viewer
-from quotas.models import UsageRollup
+from quotas.usage_report import rollups_visible_to
 from routing.classify import ErrorClass
 from routing.deployment_state import Limits, Snapshot, deployment_state
 from routing.models import Attempt, CallRecord, Deployment, Route
@@ -191,22 +191,12 @@ class Totals:
         return (self.calls - self.errors) / self.calls if self.calls else None
 
 
-def _rollups_visible_to(viewer: Viewer) -> QuerySet[UsageRollup]:
-    if viewer.is_staff:
-        return UsageRollup.objects.all()
-    if viewer.team_admin_of is not None:
-        return UsageRollup.objects.filter(team_id=viewer.team_admin_of)
-    if viewer.member_id is not None:
-        return UsageRollup.objects.filter(member_id=viewer.member_id)
-    return UsageRollup.objects.none()
-
-
 def usage_totals(*, viewer: Viewer, since: datetime) -> Totals:
     """Calls, errors, tokens and cost in scope from the hourly rollups whose hour starts at
     or after `since` floored to the hour (so "last hour" covers up to two rollup hours)."""
     hour = since.replace(minute=0, second=0, microsecond=0)
     row = (
-        _rollups_visible_to(viewer)
+        rollups_visible_to(viewer)
         .filter(hour__gte=hour)
         .aggregate(
             calls=Sum("requests"),
