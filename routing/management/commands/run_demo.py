@@ -170,8 +170,10 @@ Or with the openai SDK (.venv/bin/python):
       model="smart", messages=[{{"role": "user", "content": "Hello"}}])
   print(reply.headers["x-sluice-served-model"], reply.parse().choices[0].message.content)
 
-Routes: smart (big -> medium -> small), fast (small). A batch runner runs the Batch API
-(/v1/files, /v1/batches; see README); `manage.py batch_status` lists batches.
+Routes: smart (big -> medium -> small), fast (small), mixed (claude, Anthropic-shaped ->
+big -> small). /v1/messages and /v1/responses speak Anthropic's and OpenAI's newer APIs.
+A batch runner runs the Batch API (/v1/files, /v1/batches; see README);
+`manage.py batch_status` lists batches.
 Ctrl-C stops everything.
 """)
 
