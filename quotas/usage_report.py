@@ -4,11 +4,11 @@ day rarely starts at 00:00 UTC) from the hourly one, so the answer is exactly th
 rollups' (quotas/rollup_split.py).
 
 Periods are taken in a time zone (the team's) and rounded to the rollups' whole UTC hours
-(a zone with a half-hour offset starts and ends its day at the next whole hour). Errors by class count
-upstream attempts that failed that way on the row's deployment (a call that met two full
-deployments counts two capacity errors); `refused` counts calls Sluice's own limits turned
-away. p50/p95 latency come from each row's histogram (calls that reached an upstream),
-interpolated within a bucket.
+(a zone with a half-hour offset starts and ends its day at the next whole hour). Errors by
+class count upstream attempts that failed that way on the row's deployment (a call that met
+two full deployments counts two capacity errors); `refused` counts calls Sluice's own limits
+turned away. p50/p95 latency come from each row's histogram (calls that reached an
+upstream), interpolated within a bucket.
 """
 
 from bisect import bisect_right

@@ -7,9 +7,11 @@ import threading
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from quotas.models import ROLLUP_COUNTS, DailyUsageRollup, UsageRollup
@@ -141,3 +143,19 @@ def test_parallel_writers_lose_no_update_in_hours_or_days():
         (c.cost for c in everything), Decimal(0)
     )
     assert _days() == _hours_by_day()
+
+
+@pytest.mark.django_db
+def test_the_rebuild_command_takes_a_first_day_and_refuses_a_bad_one():
+    people = make_people(tag="command")
+    _write(_traffic(people, count=30))
+    expected = _days()
+    DailyUsageRollup.objects.all().delete()
+    out = StringIO()
+    call_command("rebuild_daily_rollups", "--since", "2026-11-11", stdout=out)
+    assert "from 2026-11-11" in out.getvalue()
+    assert _days() == {k: v for k, v in expected.items() if k[0] >= date(2026, 11, 11)}
+    call_command("rebuild_daily_rollups", stdout=out)
+    assert _days() == expected
+    with pytest.raises(CommandError, match="not a day"):
+        call_command("rebuild_daily_rollups", "--since", "2026-13-01")
