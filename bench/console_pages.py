@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/seed_audit.py
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/console_pages.py \\
-        [--runs 20] [--only keys,usage] 2>/dev/null
+        [--runs 20] [--only keys,usage] [--baseline main] 2>/dev/null
 
 Starts the gateway under uvicorn (one worker) on that database, logs in through the login
 form as bench-admin@example.com (staff) and as bench-member@example.com (the member with the
@@ -11,6 +11,10 @@ p50 and p95 per page for the two roles side by side, with the status each got (a
 refused admin pages: 403, or 404 for an object out of scope). The mark is 300 ms at p95
 (issue 12). Pages not built yet answer 404 for both roles. The table goes to stdout; the
 gateway logs every 403 with a traceback on stderr (add `2>/dev/null` to drop it).
+
+`--baseline REF` runs a second gateway from git ref REF (exported with `git archive`) on the
+same database and times each page on both in turn, run by run, so load on the machine falls
+on both alike; the table then shows before and after per role.
 """
 
 import argparse
@@ -22,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -61,10 +66,28 @@ PAGES = [
     Page("config export", "/config/export.toml"),
     Page("my usage", "/usage/"),
     Page("actions log", "/actions/"),
+    Page("usage report (day)", "/reports/?period=day&group_by=member"),
     Page("usage report (week)", "/reports/"),
     Page("usage report (month)", "/reports/?period=month&group_by=member"),
+    # The calendar month may have just begun: the last 30 days hold the whole seeded trail.
+    Page(
+        "usage report (30 days)",
+        "/reports/?period=custom&since={days_ago_29}&until={today}&group_by=member",
+    ),
+    Page(
+        "usage report (year)",
+        "/reports/?period=custom&since={year_ago}&until={today}&group_by=member",
+    ),
     Page("usage report csv", "/reports/?period=month&group_by=key&format=csv"),
     Page("requested vs served", "/reports/served/?period=month"),
+    Page(
+        "requested vs served (30 days)",
+        "/reports/served/?period=custom&since={days_ago_29}&until={today}",
+    ),
+    Page(
+        "requested vs served (year)",
+        "/reports/served/?period=custom&since={year_ago}&until={today}",
+    ),
     Page("capacity weather", "/reports/weather/"),
     Page("calls (explorer)", "/calls/"),
     Page("calls, by outcome", "/calls/?outcome=capacity_exhausted"),
@@ -89,7 +112,11 @@ def ids() -> dict[str, str]:
         .only("request_id")
         .first()
     )
+    today = datetime.now(UTC).date()
     return {
+        "today": f"{today:%Y-%m-%d}",
+        "days_ago_29": f"{today - timedelta(days=29):%Y-%m-%d}",
+        "year_ago": f"{today - timedelta(days=364):%Y-%m-%d}",
         "member_id": str(member.pk),
         "team_slug": member.team.slug,
         "application_slug": member.api_keys.first().application.slug,
@@ -117,15 +144,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def time_page(client: httpx.Client, path: str, runs: int) -> tuple[int, list[float]]:
-    client.get(path)  # warm-up: templates, the pool, caches
-    times, status = [], 0
+def time_pages(clients: list[httpx.Client], path: str, runs: int) -> list[tuple[int, list[float]]]:
+    """Each client (a gateway) in turn, run by run, after one warm-up each: templates, the
+    pool, caches."""
+    for client in clients:
+        client.get(path)
+    times: list[list[float]] = [[] for _ in clients]
+    status = [0] * len(clients)
     for _ in range(runs):
-        started = time.perf_counter()
-        answer = client.get(path)
-        times.append((time.perf_counter() - started) * 1000)
-        status = answer.status_code
-    return status, times
+        for i, client in enumerate(clients):
+            started = time.perf_counter()
+            answer = client.get(path)
+            times[i].append((time.perf_counter() - started) * 1000)
+            status[i] = answer.status_code
+    return list(zip(status, times, strict=True))
 
 
 def main() -> None:
@@ -133,6 +165,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--password", default="bench-pass-1")
     parser.add_argument("--only", default="", help="comma-separated page names (substrings)")
+    parser.add_argument("--baseline", default="", help="git ref of a 'before' gateway")
     args = parser.parse_args()
     if "DATABASE_URL" not in os.environ:
         raise SystemExit("set DATABASE_URL to the database bench/seed_audit.py filled")
@@ -141,30 +174,43 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's settings log requests
     pages = [p for p in PAGES if not args.only or any(o in p.name for o in args.only.split(","))]
     with stack() as s:
-        base, _ = s.gateway()
-        clients = {
-            "admin": login(base, "bench-admin@example.com", args.password),
-            "member": login(base, "bench-member@example.com", args.password),
+        gateways = []
+        if args.baseline:
+            gateways.append((args.baseline, s.gateway(source=s.checkout(args.baseline))[0]))
+        gateways.append(("after" if args.baseline else "", s.gateway()[0]))
+        roles = {
+            role: [login(base, email, args.password) for _, base in gateways]
+            for role, email in (
+                ("admin", "bench-admin@example.com"),
+                ("member", "bench-member@example.com"),
+            )
         }
         fmt: Callable[[float], str] = lambda ms: f"{ms:7.1f}"  # noqa: E731
         print(f"{args.runs} runs per page after one warm-up; ms; * = p95 over {MARK_MS:.0f} ms")
-        print(f"{'page':<24} {'admin p50':>9} {'p95':>7}  {'member p50':>10} {'p95':>7}  status")
+        heads = [f"{role} {name}".strip() for role in roles for name, _ in gateways]
+        print(
+            f"{'page':<30} " + "  ".join(f"{h + ' p50':>16} {'p95':>7}" for h in heads) + "  status"
+        )
         slow = []
         for page in pages:
             path = page.path.format(**fill)
             cells, statuses = [], []
-            for role, client in clients.items():
-                status, times = time_page(client, path, args.runs)
-                p50, p95 = statistics.median(times), percentile(times, 0.95)
-                flag = "*" if p95 > MARK_MS and status == 200 else " "
-                if flag == "*":
-                    slow.append(f"{page.name} ({role}): p95 {p95:.0f} ms")
-                cells.append(f"{fmt(p50):>9} {fmt(p95)}{flag}")
-                statuses.append(f"{role} {status}")
-            print(f"{page.name:<24} {cells[0]}  {cells[1]:>18}  {', '.join(statuses)}")
+            for role, clients in roles.items():
+                for (name, _), (status, times) in zip(
+                    gateways, time_pages(clients, path, args.runs), strict=True
+                ):
+                    p50, p95 = statistics.median(times), percentile(times, 0.95)
+                    flag = "*" if p95 > MARK_MS and status == 200 else " "
+                    who = f"{role} {name}".strip()
+                    if flag == "*":
+                        slow.append(f"{page.name} ({who}): p95 {p95:.0f} ms")
+                    cells.append(f"{fmt(p50):>16} {fmt(p95)}{flag}")
+                    statuses.append(f"{who} {status}")
+            print(f"{page.name:<30} {' '.join(cells)}  {', '.join(statuses)}")
         print("over the mark: " + ("; ".join(slow) if slow else "none"))
-        for client in clients.values():
-            client.close()
+        for clients in roles.values():
+            for client in clients:
+                client.close()
 
 
 if __name__ == "__main__":

@@ -13,12 +13,14 @@ teams (`seed-*`) of members, applications and keys, then:
   - Attempt rows (one per upstream try) for `--attempt-share` (30 %) of the calls;
   - UsageRollup rows: the calls added up per hour, key, route and deployment, as the audit
     writer does, topped up to `--rollups` with older months whose calls were pruned (rollups
-    outlive the calls).
+    outlive the calls);
+  - DailyUsageRollup rows: those hours added up per UTC day (quotas/rollups.py's rebuild,
+    as the audit writer would have written them).
 Two console logins come with it: bench-admin@example.com (staff) and
 bench-member@example.com (the heaviest member), both with the password `--password`.
 
 PostgreSQL is filled with COPY (psycopg 3), SQLite with bulk_create batches. `--reset` empties
-the three audit tables first (this is a bench database, never a real one). Field lists are read
+the audit tables first (this is a bench database, never a real one). Field lists are read
 from the models, so columns added later get their defaults.
 """
 
@@ -48,7 +50,8 @@ from django.db import connection, models, transaction  # noqa: E402
 
 from accounts.keys import key_generate  # noqa: E402
 from accounts.models import ApiKey, Application, Member, Team  # noqa: E402
-from quotas.models import UsageRollup  # noqa: E402
+from quotas.models import DailyUsageRollup, UsageRollup  # noqa: E402
+from quotas.rollups import daily_rollups_rebuild  # noqa: E402
 from routing.models import Attempt, CallRecord, Deployment, Outcome, Route  # noqa: E402
 
 try:  # the latency histogram of the rollups (issue 13)
@@ -456,7 +459,7 @@ class Writer:
 
 
 def reset() -> None:
-    tables = [m._meta.db_table for m in (Attempt, CallRecord, UsageRollup)]
+    tables = [m._meta.db_table for m in (Attempt, CallRecord, UsageRollup, DailyUsageRollup)]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("TRUNCATE " + ", ".join(tables))
@@ -533,18 +536,21 @@ def main() -> None:
     for start in range(0, len(rows), BATCH):
         with transaction.atomic():
             rollup_writer.write(rows[start : start + BATCH])
+    daily = daily_rollups_rebuild()
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            for model in (CallRecord, Attempt, UsageRollup):
+            for model in (CallRecord, Attempt, UsageRollup, DailyUsageRollup):
                 cursor.execute(f"ANALYZE {model._meta.db_table}")
 
     print(
         f"usage rollups: {rollup_writer.written:,} ({from_calls:,} from these calls, "
-        f"{rollup_writer.written - from_calls:,} older hours whose calls were pruned)"
+        f"{rollup_writer.written - from_calls:,} older hours whose calls were pruned), "
+        f"{daily:,} daily rollups"
     )
     print(
         f"totals in the database: {CallRecord.objects.count():,} calls, "
-        f"{Attempt.objects.count():,} attempts, {UsageRollup.objects.count():,} rollups"
+        f"{Attempt.objects.count():,} attempts, {UsageRollup.objects.count():,} rollups, "
+        f"{DailyUsageRollup.objects.count():,} daily rollups"
     )
     print(f"logins: bench-admin@example.com / bench-member@example.com, password {args.password!r}")
     print(f"done in {time.monotonic() - started:.1f} s")

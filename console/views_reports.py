@@ -1,5 +1,5 @@
 """Reports: usage (with CSV and time-series charts), requested vs served, capacity weather.
-Every number comes from the hourly rollups in the viewer's scope (quotas/usage_report.py,
+Every number comes from the rollups in the viewer's scope (quotas/usage_report.py,
 routing/capacity_weather.py); these views only read the query string and render."""
 
 from dataclasses import dataclass

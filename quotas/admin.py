@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from quotas.models import Limit, UsageRollup
+from quotas.models import DailyUsageRollup, Limit, UsageRollup
 from quotas.services import LIMIT_FIELDS
 
 
@@ -32,3 +32,9 @@ class UsageRollupAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: object, obj: object = None) -> bool:
         return False
+
+
+@admin.register(DailyUsageRollup)
+class DailyUsageRollupAdmin(UsageRollupAdmin):
+    list_display = ("day", *UsageRollupAdmin.list_display[1:])
+    date_hierarchy = "day"

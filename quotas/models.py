@@ -1,4 +1,5 @@
-"""Limits per key, application, member or team, and the hourly usage they are read against."""
+"""Limits per key, application, member or team, and the hourly and daily usage they are read
+against."""
 
 from django.db import models
 
@@ -90,12 +91,11 @@ def latency_field(latency_ms: float) -> str:
     return LATENCY_FIELDS[-1]
 
 
-class UsageRollup(models.Model):
-    """Usage per hour, key, route and deployment; applications, members and teams add up
-    from it.
-    Written by the audit writer with atomic upserts, so several workers lose no update."""
+class RollupCounts(models.Model):
+    """What a usage rollup row keeps: who (key, route, deployment; the member, application
+    and team the key belonged to) and the counters. The hourly and the daily rollup share it
+    so their columns never drift apart."""
 
-    hour = models.DateTimeField()
     key_prefix = models.CharField(max_length=40)
     route = models.CharField(max_length=200, default="")  # the model the calls asked for
     deployment = models.CharField(max_length=50)  # "" for calls no deployment served
@@ -126,6 +126,34 @@ class UsageRollup(models.Model):
     latency_over = models.PositiveIntegerField(default=0)
 
     class Meta:
+        abstract = True
+
+
+# The counters a rollup row adds up (the rest of RollupCounts names whose they are).
+ROLLUP_COUNTS = (
+    "requests",
+    "tokens_in",
+    "tokens_out",
+    "cost",
+    "fallbacks",
+    "errors",
+    "capacity_errors",
+    "rate_limit_errors",
+    "server_errors",
+    "timeouts",
+    "rejected",
+    *LATENCY_FIELDS,
+)
+
+
+class UsageRollup(RollupCounts):
+    """Usage per hour, key, route and deployment; applications, members and teams add up
+    from it.
+    Written by the audit writer with atomic upserts, so several workers lose no update."""
+
+    hour = models.DateTimeField()
+
+    class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["hour", "key_prefix", "route", "deployment"],
@@ -138,4 +166,26 @@ class UsageRollup(models.Model):
             models.Index(fields=["team_id", "hour"], name="rollup_team_hour"),
             # A key's usage this day/month (the gateway's key limits, the console's Limits).
             models.Index(fields=["key_prefix", "hour"], name="rollup_key_hour"),
+        ]
+
+
+class DailyUsageRollup(RollupCounts):
+    """The hourly rollup added up per UTC day: the same rows 24 times fewer, for reports
+    over weeks, months and years (quotas/usage_report.py reads whole UTC days here and the
+    ragged edges of a period from the hourly rows). Written by the audit writer in the same
+    transaction as the hourly row, so a day is always the sum of its hours."""
+
+    day = models.DateField()  # the UTC day
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "key_prefix", "route", "deployment"],
+                name="daily_rollup_day_key_route_deployment",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["member_id", "day"], name="daily_rollup_member_day"),
+            models.Index(fields=["application_id", "day"], name="daily_rollup_app_day"),
+            models.Index(fields=["team_id", "day"], name="daily_rollup_team_day"),
         ]

@@ -1,26 +1,37 @@
-"""The usage report: who used what, read from the hourly rollups only, so a year of data
-answers as fast as a day.
+"""The usage report: who used what, read from the rollups only, so a year of data answers
+as fast as a day: whole UTC days from the daily rollup, the ragged edges of a period (a team's
+day rarely starts at 00:00 UTC) from the hourly one, so the answer is exactly the hourly
+rollups' (quotas/rollup_split.py).
 
 Periods are taken in a time zone (the team's) and rounded to the rollups' whole UTC hours
-(a zone with a half-hour offset starts its day at the hour before). Errors by class count
-upstream attempts that failed that way on the row's deployment (a call that met two full
-deployments counts two capacity errors); `refused` counts calls Sluice's own limits turned
-away. p50/p95 latency come from each row's histogram (calls that reached an upstream),
-interpolated within a bucket.
+(a zone with a half-hour offset starts and ends its day at the next whole hour). Errors by
+class count upstream attempts that failed that way on the row's deployment (a call that met
+two full deployments counts two capacity errors); `refused` counts calls Sluice's own limits
+turned away. p50/p95 latency come from each row's histogram (calls that reached an
+upstream), interpolated within a bucket.
 """
 
+from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.db.models import F, QuerySet, Sum
+from django.db.models import Aggregate, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 
 from accounts.models import ApiKey, Application, Member, Team
 from accounts.selectors import Viewer
-from quotas.models import LATENCY_BUCKETS_MS, LATENCY_FIELDS, UsageRollup
+from quotas.models import (
+    LATENCY_BUCKETS_MS,
+    LATENCY_FIELDS,
+    DailyUsageRollup,
+    RollupCounts,
+    UsageRollup,
+)
+from quotas.rollup_split import Split, split_period
 
 GROUPS = {
     "team": "team_id",
@@ -61,6 +72,16 @@ COLUMNS = (
     ("p50_ms", "p50 latency (ms)"),
     ("p95_ms", "p95 latency (ms)"),
 )
+
+
+# SQLite sums decimals as floats (0.00623924999999999 for 0.00623925): back to the
+# column's scale, so a sum is the same whichever rows and tables it was added from.
+_CENT_FRACTION = Decimal(1).scaleb(-UsageRollup._meta.get_field("cost").decimal_places)
+
+
+def money(value: Decimal | float | None) -> Decimal:
+    """A summed cost at the scale the rollups keep it."""
+    return Decimal(value or 0).quantize(_CENT_FRACTION)
 
 
 class ReportError(ValueError):
@@ -109,38 +130,82 @@ def period_for(
     return Period(start, end, zone, f"{label} ({zone.key})")
 
 
-def rollups_visible_to(viewer: Viewer) -> QuerySet[UsageRollup]:
-    """Staff: every row; a team admin: their team's; a member: their own."""
+def rollups_visible_to(viewer: Viewer, model: type[RollupCounts] = UsageRollup) -> QuerySet[Any]:
+    """Staff: every row; a team admin: their team's; a member: their own (hourly rows, or
+    those of `model`)."""
+    rows: QuerySet[Any] = model._default_manager.all()
     if viewer.is_staff:
-        return UsageRollup.objects.all()
+        return rows
     if viewer.team_admin_of is not None:
-        return UsageRollup.objects.filter(team_id=viewer.team_admin_of)
+        return rows.filter(team_id=viewer.team_admin_of)
     if viewer.member_id is not None:
-        return UsageRollup.objects.filter(member_id=viewer.member_id)
-    return UsageRollup.objects.none()
+        return rows.filter(member_id=viewer.member_id)
+    return rows.none()
 
 
-def _in_period(qs: QuerySet[UsageRollup], period: Period) -> QuerySet[UsageRollup]:
-    # Rollup hours are whole UTC hours: a row belongs to the period its hour starts in.
-    return qs.filter(hour__gte=period.start, hour__lt=period.end)
+@dataclass(frozen=True)
+class Part:
+    """One table's share of a period: its rows in scope, and whether they are days."""
+
+    rows: QuerySet[Any]
+    daily: bool
 
 
-def _filtered(
+def _any_range(column: str, ranges: list[tuple[Any, Any]]) -> Q:
+    found = Q()
+    for first, end in ranges:
+        found |= Q(**{f"{column}__gte": first, f"{column}__lt": end})
+    return found
+
+
+def _parts(
     viewer: Viewer,
     period: Period,
     *,
+    boundaries: Iterable[datetime] = (),
     team_id: int | None = None,
     application_id: int | None = None,
     member_id: int | None = None,
-) -> QuerySet[UsageRollup]:
-    qs = _in_period(rollups_visible_to(viewer), period)
-    if team_id is not None:
-        qs = qs.filter(team_id=team_id)
-    if application_id is not None:
-        qs = qs.filter(application_id=application_id)
-    if member_id is not None:
-        qs = qs.filter(member_id=member_id)
-    return qs
+) -> list[Part]:
+    """The period's rollups in the viewer's scope: whole UTC days that no boundary cuts from
+    the daily table, the rest from the hourly one. An hourly row belongs to the period its
+    hour starts in."""
+    split: Split = split_period(period.start, period.end, boundaries)
+    filters = {
+        name: value
+        for name, value in (
+            ("team_id", team_id),
+            ("application_id", application_id),
+            ("member_id", member_id),
+        )
+        if value is not None
+    }
+    parts = []
+    if split.hours:
+        hourly = rollups_visible_to(viewer, UsageRollup).filter(_any_range("hour", split.hours))
+        parts.append(Part(hourly.filter(**filters), daily=False))
+    if split.days:
+        daily = rollups_visible_to(viewer, DailyUsageRollup).filter(_any_range("day", split.days))
+        parts.append(Part(daily.filter(**filters), daily=True))
+    return parts
+
+
+def _summed(
+    parts: Iterable[QuerySet[Any]], by: tuple[str, ...], sums: dict[str, Aggregate]
+) -> list[dict[str, Any]]:
+    """`values(*by).annotate(**sums)` over each part, added up per `by` (None sums as 0)."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in parts:
+        for found in rows.values(*by).annotate(**sums).order_by():
+            key = tuple(found[c] for c in by)
+            into = merged.get(key)
+            if into is None:
+                merged[key] = found
+            else:
+                for name in sums:
+                    if found[name] is not None:
+                        into[name] = found[name] + (into[name] or 0)
+    return list(merged.values())
 
 
 def percentile_ms(histogram: list[int], q: float) -> float | None:
@@ -235,7 +300,7 @@ def _empty_label(group_by: str) -> str:
     return {"deployment": "(none: not served)", "route": "(none)"}.get(group_by, "(deleted)")
 
 
-def _sums() -> dict[str, Sum]:
+def _sums() -> dict[str, Aggregate]:
     return {f"s_{name}": Sum(name) for name in COUNTS}
 
 
@@ -245,7 +310,7 @@ def _row_from(key: Any, label: str, values: dict[str, Any]) -> UsageRow:
         if name in LATENCY_FIELDS:
             continue
         value = values[f"s_{name}"]
-        setattr(row, name, Decimal(value or 0) if name == "cost" else int(value or 0))
+        setattr(row, name, money(value) if name == "cost" else int(value or 0))
     row.latency = [int(values[f"s_{name}"] or 0) for name in LATENCY_FIELDS]
     return row
 
@@ -264,11 +329,10 @@ def usage_report(
     column = GROUPS.get(group_by)
     if column is None:
         raise ReportError(f"Unknown grouping {group_by!r}: use one of {', '.join(GROUPS)}.")
-    qs = _filtered(
+    parts = _parts(
         viewer, period, team_id=team_id, application_id=application_id, member_id=member_id
     )
-    grouped = qs.values(column).annotate(**_sums()).order_by()
-    found = list(grouped)
+    found = _summed((p.rows for p in parts), (column,), _sums())
     labels = _labels(group_by, [v[column] for v in found])
     rows = [
         _row_from(
@@ -286,6 +350,10 @@ def usage_report(
 
 
 # --- Requested vs served -------------------------------------------------------------------
+
+
+# Calls a deployment answered, and how many of them fell back to it.
+_SERVED_SUMS: dict[str, Aggregate] = {"n": Sum(F("requests") - F("errors")), "fb": Sum("fallbacks")}
 
 
 @dataclass
@@ -311,12 +379,11 @@ def requested_vs_served(
     """Route (the model asked for) x deployment (the one that answered): calls served, each
     route's share per deployment, and its downgrade rate (served by another than the
     chain's first). Calls no deployment served are left out."""
-    qs = _filtered(viewer, period, team_id=team_id, application_id=application_id)
-    qs = qs.exclude(deployment="").exclude(route="")
-    found = (
-        qs.values("route", "deployment")
-        .annotate(n=Sum(F("requests") - F("errors")), fb=Sum("fallbacks"))
-        .order_by()
+    parts = _parts(viewer, period, team_id=team_id, application_id=application_id)
+    found = _summed(
+        (p.rows.exclude(deployment="").exclude(route="") for p in parts),
+        ("route", "deployment"),
+        _SERVED_SUMS,
     )
     counts: dict[tuple[str, str], int] = {}
     route_totals: dict[str, int] = {}
@@ -338,11 +405,10 @@ def requested_vs_served(
 
 def downgrades_by_application(*, viewer: Viewer, period: Period) -> list[dict[str, Any]]:
     """Per application and route: calls served and how many fell back."""
-    qs = _filtered(viewer, period).exclude(deployment="").exclude(route="")
-    found = (
-        qs.values("application_id", "route")
-        .annotate(n=Sum(F("requests") - F("errors")), fb=Sum("fallbacks"))
-        .order_by()
+    found = _summed(
+        (p.rows.exclude(deployment="").exclude(route="") for p in _parts(viewer, period)),
+        ("application_id", "route"),
+        _SERVED_SUMS,
     )
     labels = _labels("application", [v["application_id"] for v in found])
     rows = [
@@ -403,13 +469,6 @@ def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) 
     unit = (
         "hour" if length <= timedelta(days=2) else "day" if length <= timedelta(days=92) else "week"
     )
-    trunc = {"hour": TruncHour, "day": TruncDay, "week": TruncWeek}[unit](
-        "hour", tzinfo=period.zone
-    )
-    qs = _filtered(viewer, period, team_id=team_id).exclude(deployment="")
-    found = list(
-        qs.annotate(bucket=trunc).values("bucket", "deployment").annotate(**SERIES_SUMS).order_by()
-    )
     step = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}[unit]
     buckets: list[datetime] = []
     cursor = period.start.astimezone(period.zone)
@@ -422,21 +481,39 @@ def usage_series(*, viewer: Viewer, period: Period, team_id: int | None = None) 
         # Step in local wall time so days stay days across a DST change.
         cursor = (cursor.replace(tzinfo=None) + step).replace(tzinfo=period.zone)
     index = {b.replace(tzinfo=None): i for i, b in enumerate(buckets)}
-    deployments = sorted({v["deployment"] for v in found})
+    # A UTC day that no bucket boundary cuts is read from the daily rollup: in a zone
+    # off UTC that is most days of weekly buckets, none of local days.
+    parts = _parts(viewer, period, boundaries=buckets, team_id=team_id)
+    trunc = {"hour": TruncHour, "day": TruncDay, "week": TruncWeek}[unit](
+        "hour", tzinfo=period.zone
+    )
+    found: list[tuple[int, dict[str, Any]]] = []
+    starts = [b.astimezone(UTC) for b in buckets]
+    for part in parts:
+        rows = part.rows.exclude(deployment="")
+        if part.daily:
+            for v in rows.values("day", "deployment").annotate(**SERIES_SUMS).order_by():
+                day_start = datetime.combine(v["day"], time(), UTC)
+                found.append((bisect_right(starts, day_start) - 1, v))
+        else:
+            grouped = rows.annotate(bucket=trunc).values("bucket", "deployment")
+            for v in grouped.annotate(**SERIES_SUMS).order_by():
+                local = v["bucket"].astimezone(period.zone).replace(tzinfo=None)
+                found.append((index.get(local, -1), v))
+    deployments = sorted({v["deployment"] for _, v in found})
     size = len(buckets)
     calls = {d: [0] * size for d in deployments}
     tokens = {d: [0] * size for d in deployments}
     cost = {d: [Decimal(0)] * size for d in deployments}
     attempts = {d: [0] * size for d in deployments}
     capacity = {d: [0] * size for d in deployments}
-    for v in found:
-        i = index.get(v["bucket"].astimezone(period.zone).replace(tzinfo=None))
-        if i is None:
+    for i, v in found:
+        if i < 0:
             continue
         d = v["deployment"]
         calls[d][i] += int(v["s_requests"] or 0)
         tokens[d][i] += int(v["s_tokens"] or 0)
-        cost[d][i] += Decimal(v["s_cost"] or 0)
+        cost[d][i] += money(v["s_cost"])
         attempts[d][i] += int(v["s_attempts"] or 0)
         capacity[d][i] += int(v["s_capacity_errors"] or 0)
     share = {

@@ -18,12 +18,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import DateTimeField, DecimalField, GenericIPAddressField, Model
+from django.db.models import DateField, DecimalField, GenericIPAddressField, Model
 from django.db.models.constants import OnConflict
 
 from core.outcomes import Outcome
-from quotas.models import LATENCY_FIELDS, UsageRollup, latency_field
+from quotas.models import ROLLUP_COUNTS, DailyUsageRollup, UsageRollup, latency_field
 from quotas.reservation import Ticket
+from quotas.rollups import daily_rows
 from routing.metrics import metrics_record
 from routing.models import Attempt, CallRecord
 
@@ -178,13 +179,13 @@ def _storable_strings(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-_ADAPTED_FIELDS = (DateTimeField, DecimalField, GenericIPAddressField)
+_ADAPTED_FIELDS = (DateField, DecimalField, GenericIPAddressField)  # DateTimeField too
 
 
 def _db_values(model: type[Model], rows: list[dict[str, Any]]) -> tuple[list[Any], list[list]]:
     """The model fields named by the rows' keys, and the rows as the driver wants them.
-    Only dates, decimals and addresses need the backend's adaptation; strings, numbers and
-    None go as they are (most of the CPU of a write was this loop)."""
+    Only dates (and times), decimals and addresses need the backend's adaptation; strings,
+    numbers and None go as they are (most of the CPU of a write was this loop)."""
     fields = [model._meta.get_field(name) for name in rows[0]]
     adapt = [f if isinstance(f, _ADAPTED_FIELDS) else None for f in fields]
     values = [
@@ -216,20 +217,6 @@ def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) 
         cursor.executemany(sql, values)
 
 
-_ROLLUP_COUNTS = (
-    "requests",
-    "tokens_in",
-    "tokens_out",
-    "cost",
-    "fallbacks",
-    "errors",
-    "capacity_errors",
-    "rate_limit_errors",
-    "server_errors",
-    "timeouts",
-    "rejected",
-    *LATENCY_FIELDS,
-)
 _ATTEMPT_COUNTER = {
     "capacity": "capacity_errors",
     "rate_limit": "rate_limit_errors",
@@ -260,7 +247,7 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
                 "member_id": call.member_id,
                 "application_id": call.application_id,
                 "team_id": call.team_id,
-                **dict.fromkeys(_ROLLUP_COUNTS, 0),
+                **dict.fromkeys(ROLLUP_COUNTS, 0),
             }
             found["cost"] = Decimal(0)
         return found
@@ -287,24 +274,24 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def _upsert_rollups(rows: list[dict[str, Any]]) -> None:
-    """Add to the hour's counters in one statement per row: concurrent writers from other
-    workers add up instead of overwriting each other."""
+def _upsert_rollups(model: type[Model], period: str, rows: list[dict[str, Any]]) -> None:
+    """Add to the counters of the row's period (`hour` or `day`) in one statement per row:
+    concurrent writers from other workers add up instead of overwriting each other."""
     if not rows:
         return
     ops = connection.ops
-    table = ops.quote_name(UsageRollup._meta.db_table)
+    table = ops.quote_name(model._meta.db_table)
     columns = list(rows[0])
     added = ", ".join(
         f"{ops.quote_name(c)} = {table}.{ops.quote_name(c)} + excluded.{ops.quote_name(c)}"
-        for c in _ROLLUP_COUNTS
+        for c in ROLLUP_COUNTS
     )
     sql = (
         f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in columns)}) "
         f"VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON CONFLICT (hour, key_prefix, route, deployment) DO UPDATE SET {added}"
+        f"ON CONFLICT ({period}, key_prefix, route, deployment) DO UPDATE SET {added}"
     )
-    _, values = _db_values(UsageRollup, rows)
+    _, values = _db_values(model, rows)
     with connection.cursor() as cursor:
         cursor.executemany(sql, values)
 
@@ -313,7 +300,10 @@ def _insert(batch: list[CallLog]) -> None:
     with transaction.atomic():
         _insert_ignoring_duplicates(CallRecord, [entry.call_row() for entry in batch])
         _insert_ignoring_duplicates(Attempt, [row for e in batch for row in e.attempt_rows()])
-        _upsert_rollups(_rollups(batch))
+        hourly = _rollups(batch)
+        # Hours, then days, each in key order: every writer locks rows in the same order.
+        _upsert_rollups(UsageRollup, "hour", hourly)
+        _upsert_rollups(DailyUsageRollup, "day", daily_rows(hourly))
 
 
 class Unwritten(Exception):

@@ -1,7 +1,7 @@
 """How long the audit trail keeps calls: `audit_prune` deletes calls (and their attempts)
 older than a number of days, in small batches, each its own short transaction, so the
-audit writer and the console never wait long behind it. The hourly usage rollups are kept,
-so reports over old periods still answer."""
+audit writer and the console never wait long behind it. The usage rollups (hourly and
+daily) are kept, so reports over old periods still answer."""
 
 import time
 from collections.abc import Callable

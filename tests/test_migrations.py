@@ -137,3 +137,39 @@ def test_a_database_migrated_before_keeps_its_grants(scratch_database_url) -> No
         ".routes.all())\n",
     )
     assert grants(url) == {"a": ["r1", "r2"], "none": ["r1", "r2"]}
+
+
+HOURLY_ROWS = """
+from datetime import UTC, datetime
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
+Hourly = MigrationLoader(connection).project_state().apps.get_model('quotas', 'UsageRollup')
+for day, hour, prefix, n in ((1, 0, 'k1', 2), (1, 23, 'k1', 3), (1, 5, 'k2', 7), (2, 0, 'k1', 11)):
+    Hourly.objects.create(hour=datetime(2026, 11, day, hour, tzinfo=UTC), key_prefix=prefix,
+                          route='smart', deployment='big', member_id=4, team_id=9, requests=n,
+                          cost='0.10000001', latency_le_500ms=n)
+"""
+
+DAILY_ROWS = """
+import json
+from quotas.models import DailyUsageRollup
+print(json.dumps(sorted(
+    [str(r.day), r.key_prefix, r.requests, str(r.cost), r.latency_le_500ms, r.member_id, r.team_id]
+    for r in DailyUsageRollup.objects.all())))
+"""
+
+
+def test_the_daily_rollup_migration_fills_the_days_from_existing_hours(
+    scratch_database_url,
+) -> None:
+    url = scratch_database_url
+    manage(url, "migrate", "quotas", "0004")
+    manage(url, "shell", "-c", HOURLY_ROWS)
+    out = manage(url, "migrate")
+    assert "Applying quotas.0005_daily_usage_rollup... OK" in out
+    daily = json.loads(manage(url, "shell", "-c", DAILY_ROWS).strip().splitlines()[-1])
+    assert daily == [
+        ["2026-11-01", "k1", 5, "0.20000002", 5, 4, 9],
+        ["2026-11-01", "k2", 7, "0.10000001", 7, 4, 9],
+        ["2026-11-02", "k1", 11, "0.10000001", 11, 4, 9],
+    ]

@@ -553,6 +553,7 @@ ACTIONS = [
 def people(db: None) -> People:
     from accounts.services import member_ensure
     from quotas.models import Limit, UsageRollup
+    from quotas.rollups import daily_rollups_rebuild
     from routing.models import CallRecord, Deployment, Upstream
 
     found = make_people(tag="m")
@@ -600,6 +601,7 @@ def people(db: None) -> People:
             team_id=member.team_id,
             requests=3,
         )
+    daily_rollups_rebuild()  # rows made by hand: the audit writer would add their days too
     Limit.objects.create(scope="team", team=found.home, requests_per_minute=1000)
     from tests.console.batch_data import make_batch
 

@@ -9,9 +9,13 @@ import pytest
 from django.db.models import Sum
 
 from accounts.selectors import viewer_for
+from quotas import usage_report as usage_report_module
+from quotas.models import UsageRollup
+from quotas.rollup_split import Split, split_period
 from quotas.usage_report import (
     GROUPS,
     ReportError,
+    downgrades_by_application,
     percentile_ms,
     period_for,
     requested_vs_served,
@@ -186,3 +190,130 @@ def test_a_year_is_drawn_in_weeks_from_monday(people, traffic):
     assert series.unit == "week" and len(series.buckets) in (52, 53)
     assert series.buckets[0].weekday() == 0 and series.buckets[0] <= year.start
     assert sum(series.calls["small"]) == 24
+
+
+# --- Whole UTC days from the daily rollup, ragged edges from the hourly one ---------------
+
+KOLKATA = ZoneInfo("Asia/Kolkata")  # +05:30: no local day starts on a UTC hour
+
+
+@pytest.fixture
+def fortnight(people):
+    """Calls every 53 minutes over two weeks, so every hour edge has some."""
+    keys = [people.keys[k] for k in ("member", "member_peer", "rival_member")]
+    start = datetime(2026, 11, 1, 17, 3, tzinfo=UTC)
+    calls = []
+    for i in range(380):
+        at, key = start + timedelta(minutes=53 * i), keys[i % 3]
+        if i % 6 == 0:
+            calls.append(
+                call(key, at, route="smart", served="small", failed_on=(("big", "capacity"),))
+            )
+        elif i % 11 == 0:
+            calls.append(call(key, at, served="", outcome=Outcome.RATE_LIMITED))
+        else:
+            calls.append(
+                call(
+                    key,
+                    at,
+                    route=("smart", "fast")[i % 2],
+                    cost=f"0.{i:08d}",
+                    latency_ms=40 + 173 * (i % 17),
+                    tokens=(i, 3 * i),
+                )
+            )
+    write(calls)
+    return calls
+
+
+@pytest.fixture
+def hourly_only(monkeypatch):
+    """Run a report as it was before the daily rollup: every hour from the hourly table."""
+
+    def run(report, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(
+                usage_report_module,
+                "split_period",
+                lambda start, end, boundaries=(): Split([], [(start, end)]),
+            )
+            return report(**kwargs)
+
+    return run
+
+
+def _kolkata_days(first: int, last: int):
+    return period_for(
+        period="custom",
+        zone=KOLKATA,
+        now=NOW,
+        since=date(2026, 11, first),
+        until=date(2026, 11, last),
+    )
+
+
+def _table(report):
+    return [(r.label, r.cells(), r.latency) for r in [*report.rows, report.totals]]
+
+
+@pytest.mark.parametrize("group_by", list(GROUPS))
+def test_a_report_with_ragged_edges_equals_the_hourly_answer_exactly(
+    people, fortnight, hourly_only, group_by
+):
+    period = _kolkata_days(2, 12)  # 1 Nov 18:30 UTC to 12 Nov 18:30 UTC
+    split = split_period(period.start, period.end)
+    assert split.days and len(split.hours) == 2  # both tables answer
+    viewer = viewer_for(people.users["staff"])
+    report = usage_report(viewer=viewer, group_by=group_by, period=period)
+    expected = hourly_only(usage_report, viewer=viewer, group_by=group_by, period=period)
+    assert _table(report) == _table(expected)  # every column, totals and p50/p95 too
+    assert report.totals.p95_ms is not None and report.totals.calls > 250
+    assert report.totals.cost == sum(r.cost for r in report.rows)
+
+
+def test_whole_days_are_read_from_the_daily_rollup(people, fortnight):
+    period = _kolkata_days(2, 12)
+    viewer = viewer_for(people.users["staff"])
+    before = _table(usage_report(viewer=viewer, group_by="member", period=period))
+    # The hours inside whole UTC days are no longer needed: the days answer for them.
+    UsageRollup.objects.filter(
+        hour__gte=datetime(2026, 11, 2, tzinfo=UTC), hour__lt=datetime(2026, 11, 12, tzinfo=UTC)
+    ).delete()
+    assert _table(usage_report(viewer=viewer, group_by="member", period=period)) == before
+    # The edges are not: they come from the hours.
+    UsageRollup.objects.filter(hour__gte=datetime(2026, 11, 12, tzinfo=UTC)).delete()
+    after = usage_report(viewer=viewer, group_by="member", period=period)
+    assert after.totals.calls < before[-1][1][0]
+
+
+def test_requested_vs_served_with_ragged_edges_equals_the_hourly_answer(
+    people, fortnight, hourly_only
+):
+    period = _kolkata_days(3, 9)
+    viewer = viewer_for(people.users["team_admin"])
+    got = requested_vs_served(viewer=viewer, period=period)
+    assert got == hourly_only(requested_vs_served, viewer=viewer, period=period)
+    assert got.counts and got.fallbacks
+    by_app = downgrades_by_application(viewer=viewer, period=period)
+    assert by_app == hourly_only(downgrades_by_application, viewer=viewer, period=period)
+
+
+@pytest.mark.parametrize(
+    ("zone", "first", "last", "unit"),
+    [
+        (KOLKATA, date(2026, 11, 2), date(2026, 11, 12), "day"),  # no UTC day fits a bucket
+        (UTC_ZONE := ZoneInfo("UTC"), date(2026, 11, 2), date(2026, 11, 12), "day"),
+        (KOLKATA, date(2026, 2, 3), date(2026, 11, 30), "week"),  # most days fit a week
+        (UTC_ZONE, date(2026, 2, 3), date(2026, 11, 30), "week"),
+        (ZoneInfo("America/New_York"), date(2026, 2, 3), date(2026, 11, 30), "week"),  # DST
+    ],
+)
+def test_a_series_with_daily_or_weekly_buckets_equals_the_hourly_answer(
+    people, fortnight, hourly_only, zone, first, last, unit
+):
+    period = period_for(period="custom", zone=zone, now=NOW, since=first, until=last)
+    viewer = viewer_for(people.users["staff"])
+    series = usage_series(viewer=viewer, period=period)
+    assert series.unit == unit
+    assert series == hourly_only(usage_series, viewer=viewer, period=period)
+    assert sum(series.calls["small"]) >= 50

@@ -11,7 +11,7 @@ from django.utils import timezone
 from accounts.models import AdminAction
 from accounts.selectors import viewer_for
 from accounts.services import SYSTEM
-from quotas.models import UsageRollup
+from quotas.models import DailyUsageRollup, UsageRollup
 from quotas.usage_report import period_for, usage_report
 from routing.models import Attempt, CallRecord
 from routing.retention import audit_prune
@@ -36,6 +36,8 @@ def aged(db):
 def test_prune_deletes_old_calls_and_attempts_in_batches_and_keeps_rollups(aged):
     people, old, new = aged
     rollups_before = UsageRollup.objects.count()
+    daily_before = DailyUsageRollup.objects.count()
+    assert daily_before >= 2  # the old calls' day and the new ones'
     batches = []
     pruned = audit_prune(older_than_days=30, batch_size=3, actor=SYSTEM, progress=batches.append)
     assert (pruned.calls, pruned.attempts) == (7, 14)
@@ -44,7 +46,8 @@ def test_prune_deletes_old_calls_and_attempts_in_batches_and_keeps_rollups(aged)
     assert Attempt.objects.filter(call_id__in=[c.request_id for c in old]).count() == 0
     assert Attempt.objects.count() == 3
     assert UsageRollup.objects.count() == rollups_before
-    # A report over the pruned period still answers from the rollups.
+    assert DailyUsageRollup.objects.count() == daily_before
+    # A report over the pruned period (whole UTC days: the daily rollup) still answers.
     then = old[0].created_at
     report = usage_report(
         viewer=viewer_for(people.users["staff"]),
