@@ -99,14 +99,21 @@ class StreamRelay:
                 out = self.tap.feed(data)
                 if out:
                     yield out
-            rest = self.tap.flush()
-            if rest:
-                yield rest
+                if self.tap.error is not None:
+                    break  # the client was told the stream failed: nothing more to relay
+            else:
+                rest = self.tap.flush()
+                if rest:
+                    yield rest
             if self.tap.error is not None:
                 outcome, status = Outcome.UPSTREAM_ERROR, 502
                 message = str(self.tap.error.get("message", ""))
         except (asyncio.CancelledError, GeneratorExit):
-            outcome, status = Outcome.CLIENT_CANCELLED, 499
+            if self.tap.error is None:
+                outcome, status = Outcome.CLIENT_CANCELLED, 499
+            else:  # a client that hangs up on the error event it was sent
+                outcome, status = Outcome.UPSTREAM_ERROR, 502
+                message = str(self.tap.error.get("message", ""))
             raise
         except UpstreamError as exc:
             # Bytes already reached the client, so no fallback: end the stream with an

@@ -77,3 +77,43 @@ async def test_stream_read_to_the_end_is_settled_once_with_usage(
     assert [c.outcome for c in recorded] == ["success"]
     assert (call.tokens_out, call.upstream_model) == (40, "slow")
     assert call.cost == Decimal(call.tokens_in * 1 + 40 * 2) / 1_000_000
+
+
+async def test_a_client_that_hangs_up_on_the_error_event_leaves_the_call_an_upstream_error(
+    recorded: list[CallLog],
+):
+    """The SDK raises on the error event Sluice sends for a malformed one and closes the
+    connection: the call failed upstream, whatever the client does next."""
+    from aiohttp import web
+
+    async def late_garbage(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = b'{"model": "slow", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}'
+        await response.write(b"data: " + chunk + b"\n\n")
+        await response.write(b"data: <html>upstream proxy error</html>\n\n")
+        await asyncio.sleep(30)  # the stream stays open
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", late_garbage)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        relay, call = await _open(SimulatorHandle(f"http://127.0.0.1:{port}"), released := [])
+        events = aiter(relay)
+        received = b""
+        while b"malformed_stream" not in received:
+            received += await anext(events)
+        await events.aclose()  # the client leaves on the error event
+        await asyncio.sleep(0.05)
+    finally:
+        await close_sessions()
+        await runner.cleanup()
+
+    assert [c.outcome for c in recorded] == ["upstream_error"]
+    assert call.status_code == 502
+    assert released == [Result.FAILURE]
