@@ -12,7 +12,12 @@ Each tick (a fifth of a second) it looks at every active batch:
                        every line done: write the files, completed
 
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
-Retry-After and goes again: a batch waits, it does not fail for want of capacity. Claimed
+Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
+call is preemptible: when an interactive call waits for a deployment the line's call holds
+a slot at, the deployment state asks the youngest such slots back (routing/slot_policy.py,
+rule 5); the call cancels its upstream request, frees the slot at once and ends as
+`preempted`, and the line goes back to pending, to be claimed again like any other (first,
+as the lowest number). Its answer was never written, so it is in the output once. Claimed
 lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
 taken again once its leases run out. Such a line may have reached an upstream already, so
 it can reach one twice; its answer is written once (services.line_finish is fenced by the
@@ -65,6 +70,7 @@ class Runner:
     max_in_flight: int = 64
     name: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:12]}")
     lines: dict[int, _Running] = field(default_factory=dict)
+    preempted: int = 0  # calls that gave their slot to an interactive call (lines run again)
 
     async def run(self, stop: asyncio.Event) -> None:
         renewer = asyncio.create_task(self._renew_leases(stop))
@@ -157,8 +163,14 @@ class Runner:
                 if not _usable(principal):
                     status, content = 401, _key_gone(batch.key_prefix)
                     break
-                response = await serve(call, _request_for(body), endpoint, principal)
+                response = await serve(
+                    call, _request_for(body), endpoint, principal, preemptible=True
+                )
                 status, content = response.status_code, response.content
+                if _preempted(status, content):
+                    self.preempted += 1
+                    await db_write(services.line_release, line_id=line.id, runner=self.name)
+                    return
                 wait = _retry_wait(status, content, response.get("Retry-After"))
                 if wait is None:
                     break
@@ -217,6 +229,13 @@ def _request_for(body: bytes) -> HttpRequest:
     return request
 
 
+def _preempted(status: int, content: bytes) -> bool:
+    if status != 503:
+        return False
+    error = (json_object(content) or {}).get("error")
+    return isinstance(error, dict) and error.get("code") == "preempted"
+
+
 def _retry_wait(status: int, content: bytes, retry_after: str | None) -> float | None:
     """Seconds to wait before sending the line again, or None when its answer stands."""
     if status == 429:
@@ -269,5 +288,11 @@ async def run_until(stop: asyncio.Event, *, max_in_flight: int) -> Runner:
     log.info("batch runner %s started", runner.name)
     started = time.monotonic()
     await runner.run(stop)
-    log.info("batch runner %s stopped after %.0f s", runner.name, time.monotonic() - started)
+    took = time.monotonic() - started
+    log.info(
+        "batch runner %s stopped after %.0f s (%d calls preempted by interactive calls)",
+        runner.name,
+        took,
+        runner.preempted,
+    )
     return runner
