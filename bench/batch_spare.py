@@ -51,7 +51,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, Stack, stack
+from harness import ROOT, Stack, cpu_seconds, stack
 
 CONFIG = """
 [[upstreams]]
@@ -103,6 +103,7 @@ class Run:
     preempted: int = 0  # batch calls cancelled at the upstream meanwhile
     capacity_errors: int = 0  # the upstream's 503s meanwhile
     wasted_s: float = 0.0  # upstream time of preempted batch attempts (the audit)
+    runner_cpu_s: float = 0.0  # the runner's CPU while the batch ran (phases 2 and 3)
     upstream_s: float = 0.0  # upstream time of every batch attempt
 
 
@@ -298,6 +299,7 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Run
             time.sleep(0.2)
         before = completed(gateway, batch_key, batch.id)
         upstream = upstream_stats(simulator)
+        cpu = cpu_seconds([runner.pid])
         started = time.monotonic()
         run.beside, run.beside_samples = asyncio.run(
             measured(sampler, interactive(url, live_key, schedule))
@@ -309,6 +311,7 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Run
             measured(sampler, interactive(url, live_key, doubled))
         )
         run.lines_done = completed(gateway, batch_key, batch.id) - before
+        run.runner_cpu_s = cpu_seconds([runner.pid]) - cpu
         after = upstream_stats(simulator)
         run.preempted = after["cancelled"] - upstream["cancelled"]
         run.capacity_errors = after["capacity_errors"] - upstream["capacity_errors"]
@@ -404,6 +407,10 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
         [f"{r.preempted / max(1, r.preempted + r.lines_done):.1%}" for r in runs],
     )
     row("  upstream 'at capacity' 503s", [str(r.capacity_errors) for r in runs])
+    row(
+        "  runner CPU per 1,000 lines (s)",
+        [f"{r.runner_cpu_s / max(1, r.lines_done) * 1000:.1f}" for r in runs],
+    )
     print("  over the whole batch run (the audit):")
     row("  batch upstream time (s)", [f"{r.upstream_s:.1f}" for r in runs])
     row("  of it preempted, wasted (s)", [f"{r.wasted_s:.1f}" for r in runs])
