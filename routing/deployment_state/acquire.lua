@@ -29,7 +29,10 @@ join(slot, class, member, wait_until > now and ARGV[14] or ARGV[1], estimate, re
 dispatch(slot)
 keep(STATE_TTL)
 if redis.call('ZSCORE', K_SLOTS, slot) then return {1, '', '0'} end
-if wait_until > now then return {0, 'queued', tostring(position)} end
+if wait_until > now then
+  preempt_if_full()
+  return {0, 'queued', tostring(position)}
+end
 remove_waiter(slot)
 mode = state()
 if mode == 'half_open' then

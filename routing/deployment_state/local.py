@@ -316,14 +316,15 @@ class LocalDeploymentState:
             granted = self._grants.pop(waiter.slot, None)
             if granted is not None and not granted.done():
                 granted.set_result(None)
-        if len(d.slots) >= allowed:
+        if 0 < allowed <= len(d.slots):  # full (and not open: a slot could go to nobody)
             self._preempt(d, now)
 
     def _preempt(self, d: _Deployment, now: float) -> None:
         """The deployment is full: ask back the youngest preemptible batch slots, one for
-        each waiting interactive request that no slot asked back yet covers."""
+        each waiting interactive request that no slot asked back yet covers (not for one
+        that only asked for a free slot and waits nowhere: its `until` is now)."""
         waiting = sum(
-            1 for q in d.queues[INTERACTIVE].values() for w in q.values() if w.until >= now
+            1 for q in d.queues[INTERACTIVE].values() for w in q.values() if w.until > now
         )
         wanted = waiting - len(d.preempting)
         if wanted <= 0:

@@ -156,9 +156,13 @@ local function grant(slot, handed)
   count_attempt(w[5] == '1')
 end
 
--- The deployment is full: ask back the youngest preemptible batch slots, one for each
+-- When the deployment is full, ask back the youngest preemptible batch slots, one for each
 -- waiting interactive request that no slot asked back yet covers (slot_policy rule 5).
-local function preempt()
+-- After a dispatch, and not for a request that only asked for a free slot (it waits
+-- nowhere), nor while the breaker is open (a slot given back could go to nobody).
+local function preempt_if_full()
+  local allowed = allowed_slots()
+  if allowed == 0 or redis.call('ZCARD', K_SLOTS) < allowed then return end
   local wanted = redis.call('ZCARD', K_QUEUE.interactive) - redis.call('SCARD', K_PREEMPTING)
   if wanted <= 0 then return end
   local youngest = redis.call('ZREVRANGE', K_PREEMPTIBLE, 0, wanted - 1)
@@ -195,7 +199,6 @@ local function dispatch(quiet, handed)
     if slot ~= quiet then woken[#woken + 1] = slot end
   end
   if #woken > 0 then redis.call('PUBLISH', channel, table.concat(woken, ' ')) end
-  if redis.call('ZCARD', K_SLOTS) >= allowed then preempt() end
   return granted
 end
 

@@ -63,5 +63,6 @@ if result ~= 'neutral' then
              'cut_at', cut_at)
 end
 dispatch(nil, handing)
+preempt_if_full()
 keep(STATE_TTL)
 return congested and 2 or 1

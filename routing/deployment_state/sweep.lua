@@ -3,6 +3,7 @@
 -- waiter one sweep).
 for i = 7, #ARGV do redis.call('ZADD', K_HEARD, 'XX', now, ARGV[i]) end
 dispatch(nil)
+preempt_if_full()
 -- Asked-back slots are announced again while interactive calls wait (a lost message).
 if redis.call('ZCARD', K_QUEUE.interactive) > 0 then
   local asked = redis.call('SMEMBERS', K_PREEMPTING)

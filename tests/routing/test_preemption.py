@@ -107,3 +107,33 @@ async def test_at_capacity_on_a_slot_just_given_back_is_not_congestion(state, na
     d.now += 0.001
     assert await state.release(name, lim, "i0", Result.CAPACITY, now=d.now)  # ordinary slot
     assert (await d.snapshot()).limit == 1  # cut
+
+
+async def test_a_call_that_only_asks_for_a_free_slot_or_an_open_breaker_asks_nothing_back(
+    state, name
+):
+    """A call that will not wait here (it tries the chain's next deployment) costs no batch
+    call its work; nor does one waiting at a deployment whose breaker is open (a slot
+    given back could go to nobody)."""
+    lim = Limits(max_concurrency=1, threshold=1, cooldown=60, lease=30, reserve=0.0)
+    d = Deployment(state, name, lim)
+    asked = await watched(d, "batch")
+    assert (await d.ask("batch", BATCH, preemptible=True)).admitted
+    assert not (await d.ask("passing", wait=None)).admitted
+    assert not await asked_back(asked["batch"], within=0.2)
+
+    # An interactive call waits; its breaker opens meanwhile: once the slot asked back is
+    # back, no other is asked for (nobody may have it while the breaker is open).
+    lim3 = Limits(max_concurrency=3, threshold=1, cooldown=60, lease=30, reserve=0.0)
+    other = Deployment(state, f"{name}-open", lim3)
+    watch = await watched(other, "b1", "b2")
+    assert (await other.ask("b1", BATCH, preemptible=True)).admitted
+    assert (await other.ask("b2", BATCH, preemptible=True)).admitted
+    assert (await other.ask("i0")).admitted
+    assert (await other.ask("i1")).queued
+    assert await asked_back(watch["b2"])
+    other.now += 0.001
+    await state.release(other.name, lim3, "i0", Result.FAILURE, now=other.now)  # opens it
+    assert (await other.snapshot()).mode == "open"
+    await other.done("b2")
+    assert not await asked_back(watch["b1"], within=0.2)
