@@ -5,6 +5,10 @@ the reserve kept for interactive calls, routing/slot_policy.py `batch_cap`) minu
 in flight there, interactive or batch, from any worker or runner (the shared snapshot), and
 nothing at all while an interactive call waits for it. A route's spare is the sum over its
 chain, since a line may be served by any deployment its fallback policy allows.
+
+The reserve absorbs small interactive bursts; a bigger one does not wait for the lines in
+flight: their calls are preemptible, and the deployment state asks the youngest back for a
+waiting interactive call (routing/slot_policy.py rule 5, batches/runner.py).
 """
 
 import math

@@ -1,6 +1,6 @@
 """The batch runner (`manage.py run_batches`): runs batch lines through the live request path.
 
-Each tick (a fifth of a second) it looks at every active batch:
+Each tick (a fifth of a second, sooner when a line ends) it looks at every active batch:
 
     validating         check the file (batches/validation.py): in_progress, or failed
     cancelling, past   abandon the lines it runs (their upstream calls are cancelled), then,
@@ -12,7 +12,12 @@ Each tick (a fifth of a second) it looks at every active batch:
                        every line done: write the files, completed
 
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
-Retry-After and goes again: a batch waits, it does not fail for want of capacity. Claimed
+Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
+call is preemptible: when an interactive call waits for a deployment the line's call holds
+a slot at, the deployment state asks the youngest such slots back (routing/slot_policy.py,
+rule 5); the call cancels its upstream request, frees the slot at once and ends as
+`preempted`, and the line goes back to pending, to be claimed again like any other (first,
+as the lowest number). Its answer was never written, so it is in the output once. Claimed
 lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
 taken again once its leases run out. Such a line may have reached an upstream already, so
 it can reach one twice; its answer is written once (services.line_finish is fenced by the
@@ -48,6 +53,9 @@ from routing.proxy import serve
 log = logging.getLogger("sluice.batches")
 Status = Batch.Status
 TICK = 0.2  # seconds between looks at the batches: how fast a cancel or a window bites
+# A line that ends (answered or preempted) frees room: look again at once, but not more
+# often than this (each look reads the database).
+REFILL = 0.02
 _WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
 _MAX_WAIT = 30.0  # a Retry-After longer than this is waited in steps (cancel stays quick)
 
@@ -65,17 +73,20 @@ class Runner:
     max_in_flight: int = 64
     name: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:12]}")
     lines: dict[int, _Running] = field(default_factory=dict)
+    preempted: int = 0  # calls that gave their slot to an interactive call (lines run again)
+    _ended: asyncio.Event = field(default_factory=asyncio.Event)  # a line ended since the look
 
     async def run(self, stop: asyncio.Event) -> None:
         renewer = asyncio.create_task(self._renew_leases(stop))
         try:
             while not stop.is_set():
+                looked = time.monotonic()
+                self._ended.clear()
                 try:
                     await self.tick()
                 except Exception:
                     log.exception("batch runner tick failed; next tick in a moment")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), TICK)
+                await self._pause(stop, looked)
         finally:
             renewer.cancel()
             await self._abandon(lambda r: True)
@@ -104,6 +115,18 @@ class Runner:
                     and not await db_read(selectors.batch_unfinished, batch.id)
                 ):
                     await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+
+    async def _pause(self, stop: asyncio.Event, looked: float) -> None:
+        """Until the next look: a tick, or a line ending (its slot may be spare now; a
+        whole tick of it left idle costs the batch throughput), whichever comes first."""
+        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self._ended)]
+        try:
+            await asyncio.wait(waits, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if not stop.is_set():
+            await asyncio.sleep(max(0.0, looked + REFILL - time.monotonic()))
 
     def _mine(self, batch_id: str) -> int:
         return sum(1 for r in self.lines.values() if r.batch_id == batch_id)
@@ -157,8 +180,14 @@ class Runner:
                 if not _usable(principal):
                     status, content = 401, _key_gone(batch.key_prefix)
                     break
-                response = await serve(call, _request_for(body), endpoint, principal)
+                response = await serve(
+                    call, _request_for(body), endpoint, principal, preemptible=True
+                )
                 status, content = response.status_code, response.content
+                if _preempted(status, content):
+                    self.preempted += 1
+                    await db_write(services.line_release, line_id=line.id, runner=self.name)
+                    return
                 wait = _retry_wait(status, content, response.get("Retry-After"))
                 if wait is None:
                     break
@@ -183,6 +212,7 @@ class Runner:
             await db_write(services.line_release, line_id=line.id, runner=self.name)
         finally:
             self.lines.pop(line.id, None)
+            self._ended.set()
 
     async def _abandon(self, which: Any) -> None:
         """Cancel the matching lines (each gives its line back) and wait for them."""
@@ -215,6 +245,13 @@ def _request_for(body: bytes) -> HttpRequest:
         "HTTP_X_SLUICE_PRIORITY": "batch",
     }
     return request
+
+
+def _preempted(status: int, content: bytes) -> bool:
+    if status != 503:
+        return False
+    error = (json_object(content) or {}).get("error")
+    return isinstance(error, dict) and error.get("code") == "preempted"
 
 
 def _retry_wait(status: int, content: bytes, retry_after: str | None) -> float | None:
@@ -269,5 +306,11 @@ async def run_until(stop: asyncio.Event, *, max_in_flight: int) -> Runner:
     log.info("batch runner %s started", runner.name)
     started = time.monotonic()
     await runner.run(stop)
-    log.info("batch runner %s stopped after %.0f s", runner.name, time.monotonic() - started)
+    took = time.monotonic() - started
+    log.info(
+        "batch runner %s stopped after %.0f s (%d calls preempted by interactive calls)",
+        runner.name,
+        took,
+        runner.preempted,
+    )
     return runner

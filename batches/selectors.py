@@ -255,7 +255,7 @@ class LineOutcomes:
     running: int
     completed: int
     failed: int
-    retried: int  # lines a runner took more than once (a lease ran out)
+    retried: int  # lines a runner took more than once (a lease ran out, preempted, …)
 
     @property
     def total(self) -> int:

@@ -13,6 +13,7 @@ class Outcome(models.TextChoices):
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
     CLIENT_CANCELLED = "client_cancelled"
+    PREEMPTED = "preempted"  # a batch line's call gave its slot to an interactive call: runs again
     RATE_LIMITED = "rate_limited"  # refused by Sluice's own limits, before any upstream
     BUDGET_EXCEEDED = "budget_exceeded"
     CONCURRENCY_LIMITED = "concurrency_limited"

@@ -227,6 +227,8 @@ _ATTEMPT_COUNTER = {
     "read_timeout": "timeouts",
 }
 _REFUSED = {Outcome.RATE_LIMITED, Outcome.BUDGET_EXCEEDED, Outcome.CONCURRENCY_LIMITED}
+# A preempted batch call gave its slot to an interactive one and runs again: no error.
+_NOT_ERRORS = {Outcome.SUCCESS, Outcome.PREEMPTED}
 
 
 def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
@@ -261,7 +263,7 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
         served["tokens_out"] += call.tokens_out
         served["cost"] += call.cost
         served["fallbacks"] += call.fell_back
-        served["errors"] += call.outcome != Outcome.SUCCESS
+        served["errors"] += call.outcome not in _NOT_ERRORS
         served["rejected"] += call.outcome in _REFUSED
         if call.attempt_count:  # latency of calls that reached an upstream
             served[latency_field(call.latency_ms)] += 1

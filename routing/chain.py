@@ -17,7 +17,9 @@ When the chain is exhausted by capacity, rate limits or server errors, wait (bac
 upstream's Retry-After) and walk it again, as long as attempts and the deadline allow. When
 no slot is free anywhere, queue for one at each full deployment in turn, up to the class's
 wait limit there (routing/slot_policy.py decides who is served first). Nothing outlives
-the call's deadline.
+the call's deadline. A preemptible call (a batch runner's line) whose slot is asked back for
+an interactive call cancels its upstream request, frees the slot and ends as `preempted`
+(503): the runner runs the line again later.
 """
 
 import asyncio
@@ -82,6 +84,25 @@ class Answer:
     body: bytes
     payload: dict | None  # the parsed body of a success
     headers: dict[str, str] = field(default_factory=dict)  # passed back (x-request-id, …)
+
+
+class Preempted:
+    """The attempt gave its slot back to an interactive call (slot_policy rule 5)."""
+
+
+PREEMPTED = Preempted()
+
+
+def preempted_error(deployment: DeploymentSpec) -> GatewayError:
+    return GatewayError(
+        503,
+        f"This batch call gave its slot at {deployment.name} to an interactive call; "
+        "it runs again later.",
+        type="server_error",
+        code="preempted",
+        outcome=Outcome.PREEMPTED,
+        headers={"Retry-After": "1"},
+    )
 
 
 @dataclass
@@ -168,6 +189,8 @@ class ChainWalk:
                     delay, reason = None, ""
                     if isinstance(outcome, Answer | OpenStream):
                         return outcome
+                    if isinstance(outcome, Preempted):
+                        raise preempted_error(deployment)
                     if isinstance(outcome, Refusal):
                         if outcome is Refusal.CONCURRENCY and not queue:
                             full.append(deployment)
@@ -200,15 +223,36 @@ class ChainWalk:
 
     async def _attempt(
         self, deployment: DeploymentSpec, delay: float | None, reason: str, *, queue: bool
-    ) -> Answer | OpenStream | Failure | Refusal | None:
+    ) -> Answer | OpenStream | Failure | Refusal | Preempted | None:
         """Answer, open stream or failure of one try; the refusal that skipped the
-        deployment (also after queueing in vain); or None when it is drained."""
+        deployment (also after queueing in vain); PREEMPTED when its slot was asked back;
+        or None when it is drained."""
         number = len(self.call.attempts) + 1
         if deployment.drained(time.time()):
             self._skip(deployment, number, "drain")
             return None
         slot = f"{self.call.request_id}:{number}"
         state = deployment_state()
+        if not self.claim.preemptible:
+            return await self._attempt_at(deployment, state, slot, delay, reason, queue, None)
+        # Listening before asking: a slot asked back at once is not missed.
+        asked = await state.watch_preemption(deployment.name, slot)
+        try:
+            return await self._attempt_at(deployment, state, slot, delay, reason, queue, asked)
+        finally:
+            state.forget_preemption(slot)
+
+    async def _attempt_at(
+        self,
+        deployment: DeploymentSpec,
+        state: DeploymentState,
+        slot: str,
+        delay: float | None,
+        reason: str,
+        queue: bool,
+        asked: asyncio.Future[None] | None,
+    ) -> Answer | OpenStream | Failure | Refusal | Preempted:
+        number = len(self.call.attempts) + 1
         # A call queueing again after its own congestion is no retry for the budget.
         retry = deployment.name in self.tried and deployment.name not in self.congested
         admission = await state.acquire_slot(
@@ -250,11 +294,19 @@ class ChainWalk:
         self.call.attempts.append(attempt)
         self.call.retries += deployment.name in self.tried
         self.tried[deployment.name] += 1
+        outcome: Answer | OpenStream | Failure | Preempted
         try:
-            outcome = await self._send(deployment, attempt)
+            if asked is None:
+                outcome = await self._send(deployment, attempt)
+            else:
+                outcome = await self._send_unless_asked_back(deployment, attempt, asked)
         except asyncio.CancelledError:
             spawn(release(Result.NEUTRAL, 0.0))  # the client left; not the deployment's fault
             raise
+        if isinstance(outcome, Preempted):
+            # Its upstream request is cancelled already: the slot goes to the interactive call.
+            await release(Result.NEUTRAL, 0.0)
+            return outcome
         if isinstance(outcome, OpenStream):
             outcome.release = release  # held until the stream ends
         elif isinstance(outcome, Failure):
@@ -271,6 +323,27 @@ class ChainWalk:
         else:
             await release(Result.SUCCESS, usage_service(outcome.payload))
         return outcome
+
+    async def _send_unless_asked_back(
+        self, deployment: DeploymentSpec, attempt: AttemptLog, asked: asyncio.Future[None]
+    ) -> Answer | OpenStream | Failure | Preempted:
+        """`_send`, cancelled when the slot is asked back before the answer is in."""
+        started = time.perf_counter()
+        send = asyncio.ensure_future(self._send(deployment, attempt))
+        try:
+            await asyncio.wait((send, asked), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            send.cancel()
+            raise
+        if send.done():  # the answer came first (or with the request): it stands
+            return send.result()
+        send.cancel()
+        await asyncio.wait((send,))  # the cancel done: the upstream connection is closed
+        if send.cancelled():
+            attempt.duration_ms = (time.perf_counter() - started) * 1000
+            attempt.error_class = Outcome.PREEMPTED
+            return PREEMPTED
+        return send.result()  # it finished while being cancelled
 
     async def _queue(
         self, state: DeploymentState, deployment: DeploymentSpec, slot: str, admission: Admission

@@ -57,9 +57,12 @@ async def serve(
     principal: Principal | None = None,
     *,
     protocol: ClientProtocol = OPENAI,
+    preemptible: bool = False,
 ) -> HttpResponseBase:
     """The request path. A caller without a network request (the batch runner) builds the
-    request itself and passes the key's `principal` it already checked."""
+    request itself and passes the key's `principal` it already checked; a `preemptible`
+    call of class batch (not streamed) gives its slot back to a waiting interactive call
+    and ends as 503 `preempted` (the runner runs the line again)."""
     listen_for_changes()
     call.client_protocol = protocol.name
     try:
@@ -93,7 +96,10 @@ async def serve(
         )
         call.cache = cache.status
         claim = claim_for(
-            priority=call.priority, member=str(principal.member_id), raw_size=len(request.body)
+            priority=call.priority,
+            member=str(principal.member_id),
+            raw_size=len(request.body),
+            preemptible=preemptible and not client_request.stream,
         )
         walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
         result = cache.answer or await walk.run()  # a hit: no slot, no upstream attempt

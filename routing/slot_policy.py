@@ -7,7 +7,12 @@
        (a Virtual Token Counter, as in "Fairness in Serving Large Language Models", OSDI
        2024: tokens in + 2 x tokens out), ties to whoever has waited longest;
     3. within a member, first come, first served;
-    4. work conserving: while a slot is free and an eligible request waits, it is granted.
+    4. work conserving: while a slot is free and an eligible request waits, it is granted;
+    5. preemption: while an interactive request waits for a full deployment, the youngest
+       batch calls there that may be preempted (the batch runner's lines) are asked to give
+       their slots back, one per waiting interactive request not yet covered: the holder
+       cancels its upstream request and frees the slot, which goes to the interactive
+       request; the line runs again later. The youngest has done the least work.
 
 A member who starts waiting is lifted to the least counter among those already waiting (or
 to the last one served), so a long idle spell banks no credit to spend in a burst later.
@@ -35,6 +40,7 @@ class Claim:
     member: str
     estimate: float  # weighted tokens the call will probably cost
     wait: float  # seconds it may queue at each full deployment; 0: never queues
+    preemptible: bool = False  # batch only: may be asked to give its slot back (rule 5)
 
 
 ANYONE = Claim(INTERACTIVE, member="", estimate=0.0, wait=0.0)  # no class, no member
@@ -49,15 +55,17 @@ class Waiter:
     until: float  # epoch seconds it gives up
     estimate: float  # weighted tokens charged when granted
     retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
+    preemptible: bool = False
 
 
-def claim_for(*, priority: str, member: str, raw_size: int) -> Claim:
+def claim_for(*, priority: str, member: str, raw_size: int, preemptible: bool = False) -> Claim:
     """The call's claim on slots; with priority admission off, every call is alike and
-    none queues (first come, first served)."""
+    none queues (first come, first served). Only a batch call may be preemptible."""
     if not settings.SLUICE_PRIORITY_ADMISSION:
         return Claim(INTERACTIVE, member, 0.0, 0.0)
     wait = settings.SLUICE_WAIT_BATCH if priority == BATCH else settings.SLUICE_WAIT_INTERACTIVE
-    return Claim(priority, member, estimated_weighted_tokens(raw_size), wait)
+    estimate = estimated_weighted_tokens(raw_size)
+    return Claim(priority, member, estimate, wait, preemptible and priority == BATCH)
 
 
 def batch_cap(allowed: int, reserve: float) -> int:

@@ -1,8 +1,9 @@
--- ARGV[7..]: retry, slot, retry ratio, retry floor, priority, member, estimate, wait until
+-- ARGV[7..]: retry, slot, retry ratio, retry floor, priority, member, estimate, wait until,
+-- preemptible
 local retry, slot = ARGV[7] == '1', ARGV[8]
 local ratio, floor_ = tonumber(ARGV[9]), tonumber(ARGV[10])
 local class, member, estimate = ARGV[11], ARGV[12], tonumber(ARGV[13])
-local wait_until = tonumber(ARGV[14])
+local wait_until, preemptible = tonumber(ARGV[14]), ARGV[15] == '1'
 local mode, open_until = state()
 if mode == 'open' and now < open_until then
   return {0, 'breaker', tostring(open_until - now), redis.call('HGET', K_STATE, 'reason') or ''}
@@ -24,11 +25,14 @@ if retry then
 end
 local position = redis.call('ZCARD', K_QUEUE[class])
 -- As sent: a number turned back into text keeps 14 digits, and could fall before `now`.
-join(slot, class, member, wait_until > now and ARGV[14] or ARGV[1], estimate, retry)
+join(slot, class, member, wait_until > now and ARGV[14] or ARGV[1], estimate, retry, preemptible)
 dispatch(slot)
 keep(STATE_TTL)
 if redis.call('ZSCORE', K_SLOTS, slot) then return {1, '', '0'} end
-if wait_until > now then return {0, 'queued', tostring(position)} end
+if wait_until > now then
+  preempt_if_full()
+  return {0, 'queued', tostring(position)}
+end
 remove_waiter(slot)
 mode = state()
 if mode == 'half_open' then

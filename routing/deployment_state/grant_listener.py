@@ -1,5 +1,6 @@
-"""Waking this worker's queued requests when Redis grants them a slot, and hearing that
-cached values changed.
+"""Waking this worker's queued requests when Redis grants them a slot, telling its
+preemptible batch calls that their slot is asked back, and hearing that cached values
+changed.
 
 A grant (made by whichever worker freed the slot) is published on one channel; each worker
 subscribes once and resolves the future of its own waiter. Waiters never poll: one sweep a
@@ -42,6 +43,7 @@ class GrantListener:
         self.state = state  # RedisDeploymentState
         self._futures: dict[str, asyncio.Future[None]] = {}
         self._waiting: dict[str, tuple[str, Limits]] = {}  # slot -> deployment name, limits
+        self._preempts: dict[str, asyncio.Future[None]] = {}  # held slot -> asked back
         self._subscribed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.policy = RedisDownPolicy(
@@ -58,6 +60,18 @@ class GrantListener:
             # (while Redis is away, say): the sweep finds a grant that was not heard.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._subscribed.wait(), 2.0)
+
+    async def expect_preemption(self, slot: str) -> asyncio.Future[None]:
+        """Register a preemptible holder before it asks for its slot."""
+        asked = self._preempts[slot] = asyncio.get_running_loop().create_future()
+        if not self._tasks:  # as in `expect`: only the first waits for the subscription
+            self.start()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._subscribed.wait(), 2.0)
+        return asked
+
+    def forget_preemption(self, slot: str) -> None:
+        self._preempts.pop(slot, None)
 
     def start(self) -> None:
         if not self._tasks:
@@ -76,9 +90,9 @@ class GrantListener:
         self._futures.pop(slot, None)
         self._waiting.pop(slot, None)
 
-    def _wake(self, slots: list[str]) -> None:
+    def _wake(self, slots: list[str], futures: dict[str, asyncio.Future[None]]) -> None:
         for slot in slots:
-            granted = self._futures.get(slot)
+            granted = futures.get(slot)
             if granted is not None and not granted.done():
                 granted.set_result(None)
 
@@ -86,8 +100,9 @@ class GrantListener:
         while True:
             pubsub = self.state._client().pubsub(ignore_subscribe_messages=True)
             changes = invalidation_channel()
+            preempts = f"{self.state.channel}:preempt"
             try:
-                await pubsub.subscribe(self.state.channel, changes)
+                await pubsub.subscribe(self.state.channel, changes, preempts)
                 # Changes made while nobody listened are not heard: start afresh.
                 drop_local((KEYS, LIMITS, CATALOG))
                 self._subscribed.set()
@@ -96,10 +111,13 @@ class GrantListener:
                     if message["type"] != "message":
                         continue
                     words = message["data"].decode().split()
-                    if message["channel"].decode() == changes:
+                    channel = message["channel"].decode()
+                    if channel == changes:
                         drop_local(words)
+                    elif channel == preempts:
+                        self._wake(words, self._preempts)
                     else:
-                        self._wake(words)
+                        self._wake(words, self._futures)
             except (RedisError, OSError) as exc:
                 self._subscribed.clear()
                 self.policy.failed(exc)  # open: resubscribes every second meanwhile
@@ -116,7 +134,7 @@ class GrantListener:
                 by_deployment.setdefault(name, (limits, []))[1].append(slot)
             for name, (limits, slots) in by_deployment.items():
                 try:
-                    self._wake(await self.state.sweep(name, limits, slots))
+                    self._wake(await self.state.sweep(name, limits, slots), self._futures)
                 except (RedisError, OSError) as exc:
                     log.warning("queue sweep for %s failed: %s", name, exc)
 

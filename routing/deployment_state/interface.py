@@ -112,6 +112,13 @@ class DeploymentState(Protocol):
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None: ...
 
+    async def watch_preemption(self, name: str, slot: str) -> asyncio.Future[None]:
+        """Before a preemptible claim asks for `slot`: a future resolved when the slot, once
+        held, is asked back for a waiting interactive call (slot_policy rule 5). The holder
+        then cancels its upstream request and releases the slot. Forget it afterwards."""
+
+    def forget_preemption(self, slot: str) -> None: ...
+
     async def snapshot(
         self, name: str, limits: Limits, *, now: float | None = None
     ) -> Snapshot: ...

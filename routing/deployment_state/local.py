@@ -43,6 +43,8 @@ class _Held:
     member: str
     estimate: float
     since: float
+    preemptible: bool = False
+    handed: bool = False  # its slot was given back by a preempted call a moment before
 
 
 @dataclass
@@ -58,6 +60,7 @@ class _Deployment:
     slots: dict[str, float] = field(default_factory=dict)  # slot -> lease expiry
     budget: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [firsts, retries]
     held: dict[str, _Held] = field(default_factory=dict)  # slot -> who holds it
+    preempting: set[str] = field(default_factory=set)  # slots asked back, not yet released
     waiting: dict[str, Waiter] = field(default_factory=dict)  # slot -> waiter
     # priority -> member -> that member's waiters, oldest first
     queues: dict[str, dict[str, dict[str, Waiter]]] = field(
@@ -75,6 +78,7 @@ class LocalDeploymentState:
     def __init__(self) -> None:
         self._deployments: dict[str, _Deployment] = {}
         self._grants: dict[str, asyncio.Future[None]] = {}  # queued slot -> woken when granted
+        self._preempts: dict[str, asyncio.Future[None]] = {}  # held slot -> resolved if asked back
 
     def _get(self, name: str, limits: Limits) -> _Deployment:
         d = self._deployments.get(name)
@@ -105,7 +109,8 @@ class LocalDeploymentState:
             return Admission(False, Refusal.BUDGET)
         position = self._waiting_count(d, claim.priority)
         until = wait_until or now
-        self._join(d, Waiter(slot, claim.priority, claim.member, now, until, claim.estimate, retry))
+        who = (claim.priority, claim.member)
+        self._join(d, Waiter(slot, *who, now, until, claim.estimate, retry, claim.preemptible))
         self._dispatch(d, limits, now)
         if slot in d.slots:
             return Admission(True)
@@ -146,13 +151,18 @@ class LocalDeploymentState:
         now = time.time() if now is None else now
         d = self._get(name, limits)
         d.slots.pop(slot, None)
+        handing = slot in d.preempting  # a preempted call gives its slot back
+        d.preempting.discard(slot)
         held = d.held.pop(slot, None)
+        congested = False
+        if result is Result.CAPACITY and held is not None and held.handed:
+            # The upstream had not yet seen the preempted call's cancel: not congestion.
+            result, congested = Result.NEUTRAL, True
         if held is not None:
             if result is Result.SUCCESS:  # how long an answer takes, for Retry-After
                 d.hold = next_hold(d.hold, now - held.since)
             if service is not None:
                 d.service[held.member] = d.service.get(held.member, 0.0) + service - held.estimate
-        congested = False
         if result is Result.SUCCESS:
             d.failures = 0
             if d.mode == "half_open":
@@ -184,7 +194,7 @@ class LocalDeploymentState:
                 d.mode, d.open_until = "open", now + limits.cooldown
                 d.failures = d.half_successes = 0
                 d.reason = result.value
-        self._dispatch(d, limits, now)
+        self._dispatch(d, limits, now, handed=handing)
         return congested
 
     async def renew(self, held: dict[str, tuple[Limits, list[str]]]) -> None:
@@ -194,6 +204,20 @@ class LocalDeploymentState:
             for slot in slots:
                 if slot in d.slots:
                     d.slots[slot] = now + limits.lease
+
+    async def watch_preemption(self, name: str, slot: str) -> asyncio.Future[None]:
+        return self.track_preemption(slot, asyncio.get_running_loop().create_future())
+
+    def track_preemption(self, slot: str, future: asyncio.Future[None]) -> asyncio.Future[None]:
+        """Resolve `future` when `slot` is asked back here (the Redis backend passes its own
+        future, for slots granted while Redis was away)."""
+        self._preempts[slot] = future
+        if any(slot in d.preempting for d in self._deployments.values()) and not future.done():
+            future.set_result(None)
+        return future
+
+    def forget_preemption(self, slot: str) -> None:
+        self._preempts.pop(slot, None)
 
     async def sweep(
         self, name: str, limits: Limits, slots: Sequence[str] = (), *, now: float | None = None
@@ -262,8 +286,11 @@ class LocalDeploymentState:
                 del members[waiter.member]
         return waiter
 
-    def _dispatch(self, d: _Deployment, limits: Limits, now: float) -> None:
-        """Grant free slots to waiters, in slot_policy's order, while any is eligible."""
+    def _dispatch(
+        self, d: _Deployment, limits: Limits, now: float, *, handed: bool = False
+    ) -> None:
+        """Grant free slots to waiters, in slot_policy's order, while any is eligible;
+        `handed`: the first slot is one a preempted call just gave back."""
         if d.mode == "open" and now >= d.open_until:
             d.mode, d.half_successes = "half_open", 0
         allowed = self._allowed(d)
@@ -272,19 +299,46 @@ class LocalDeploymentState:
             for slot in [s for s, exp in d.slots.items() if exp <= now]:
                 del d.slots[slot]
                 d.held.pop(slot, None)
+                d.preempting.discard(slot)
         while len(d.slots) < allowed:
             waiter = self._next(d, limits, allowed, now)
             if waiter is None:
                 break
             self._remove(d, waiter.slot)
             d.slots[waiter.slot] = now + limits.lease
-            d.held[waiter.slot] = _Held(waiter.priority, waiter.member, waiter.estimate, now)
+            d.held[waiter.slot] = _Held(
+                waiter.priority, waiter.member, waiter.estimate, now, waiter.preemptible, handed
+            )
+            handed = False
             d.last_served = d.service.get(waiter.member, 0.0)
             d.service[waiter.member] = d.last_served + waiter.estimate
             self._count_attempt(d, now, retry=waiter.retry)
             granted = self._grants.pop(waiter.slot, None)
             if granted is not None and not granted.done():
                 granted.set_result(None)
+        if 0 < allowed <= len(d.slots):  # full (and not open: a slot could go to nobody)
+            self._preempt(d, now)
+
+    def _preempt(self, d: _Deployment, now: float) -> None:
+        """The deployment is full: ask back the youngest preemptible batch slots, one for
+        each waiting interactive request that no slot asked back yet covers (not for one
+        that only asked for a free slot and waits nowhere: its `until` is now)."""
+        waiting = sum(
+            1 for q in d.queues[INTERACTIVE].values() for w in q.values() if w.until > now
+        )
+        wanted = waiting - len(d.preempting)
+        if wanted <= 0:
+            return
+        youngest = sorted(
+            (h.since, s)
+            for s, h in d.held.items()
+            if h.preemptible and s in d.slots and s not in d.preempting
+        )
+        for _, slot in youngest[::-1][:wanted]:
+            d.preempting.add(slot)
+            asked = self._preempts.get(slot)
+            if asked is not None and not asked.done():
+                asked.set_result(None)
 
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
         for priority in (INTERACTIVE, BATCH):

@@ -1,7 +1,8 @@
 -- KEYS: state, slots, budget, held, batch slots, interactive queue, batch queue, waiters,
 -- members waiting (interactive), members waiting (batch), service counters, waiters last
 -- heard of (each worker's sweep vouches for its own every second: a dead worker's waiters
--- fall silent and are passed over).
+-- fall silent and are passed over), preemptible batch slots (by grant time), slots asked
+-- back for a waiting interactive call and not yet released.
 -- ARGV[1..6]: now, key base (for each member's own queue), grant channel, max concurrency,
 -- lease, reserve; then each script's own.
 local now, base, channel = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -11,6 +12,7 @@ local K_QUEUE = {interactive = KEYS[6], batch = KEYS[7]}
 local K_WAITER = KEYS[8]
 local K_MEMBERS = {interactive = KEYS[9], batch = KEYS[10]}
 local K_SERVICE, K_HEARD = KEYS[11], KEYS[12]
+local K_PREEMPTIBLE, K_PREEMPTING = KEYS[13], KEYS[14]
 
 local function split(text)
   local out = {}
@@ -60,10 +62,12 @@ local function purge_expired_slots()
     redis.call('ZREM', K_SLOTS, expired[i])
     redis.call('ZREM', K_BATCH, expired[i])
     redis.call('HDEL', K_HELD, expired[i])
+    redis.call('ZREM', K_PREEMPTIBLE, expired[i])
+    redis.call('SREM', K_PREEMPTING, expired[i])
   end
 end
 
--- waiter info: class|member|until|estimate|retry
+-- waiter info: class|member|until|estimate|retry|preemptible
 local function remove_waiter(slot)
   local info = redis.call('HGET', K_WAITER, slot)
   if not info then return nil end
@@ -84,7 +88,7 @@ local function waiting_member(member)
       or redis.call('HEXISTS', K_MEMBERS.batch, member) == 1
 end
 
-local function join(slot, class, member, until_, estimate, retry)
+local function join(slot, class, member, until_, estimate, retry, preemptible)
   if not waiting_member(member) then
     local level = nil
     for _, c in ipairs({'interactive', 'batch'}) do
@@ -97,7 +101,8 @@ local function join(slot, class, member, until_, estimate, retry)
     if service_of(member) < level then redis.call('HSET', K_SERVICE, member, level) end
   end
   redis.call('HSET', K_WAITER, slot,
-             table.concat({class, member, until_, estimate, retry and '1' or '0'}, '|'))
+             table.concat({class, member, until_, estimate, retry and '1' or '0',
+                           preemptible and '1' or '0'}, '|'))
   redis.call('ZADD', K_QUEUE[class], now, slot)
   redis.call('ZADD', K_HEARD, now, slot)
   redis.call('ZADD', member_queue(class, member), now, slot)
@@ -135,20 +140,43 @@ local function fairest(class)
   return best
 end
 
-local function grant(slot)
+-- `handed`: the slot is one a preempted call just gave back (its upstream may not have
+-- seen the cancel yet).
+local function grant(slot, handed)
   local w = remove_waiter(slot)
   local class, member, estimate = w[1], w[2], tonumber(w[4])
   redis.call('ZADD', K_SLOTS, now + lease, slot)
   if class == 'batch' then redis.call('ZADD', K_BATCH, now + lease, slot) end
-  redis.call('HSET', K_HELD, slot, table.concat({class, member, estimate, now}, '|'))
+  if class == 'batch' and w[6] == '1' then redis.call('ZADD', K_PREEMPTIBLE, now, slot) end
+  redis.call('HSET', K_HELD, slot,
+             table.concat({class, member, estimate, now, handed and '1' or '0'}, '|'))
   local served = service_of(member)
   redis.call('HSET', K_STATE, 'last_served', served)
   redis.call('HSET', K_SERVICE, member, served + estimate)
   count_attempt(w[5] == '1')
 end
 
--- Grant free slots while an eligible request waits; publish who got one (but `quiet`).
-local function dispatch(quiet)
+-- When the deployment is full, ask back the youngest preemptible batch slots, one for each
+-- waiting interactive request that no slot asked back yet covers (slot_policy rule 5).
+-- After a dispatch, and not for a request that only asked for a free slot (it waits
+-- nowhere), nor while the breaker is open (a slot given back could go to nobody).
+local function preempt_if_full()
+  local allowed = allowed_slots()
+  if allowed == 0 or redis.call('ZCARD', K_SLOTS) < allowed then return end
+  local wanted = redis.call('ZCARD', K_QUEUE.interactive) - redis.call('SCARD', K_PREEMPTING)
+  if wanted <= 0 then return end
+  local youngest = redis.call('ZREVRANGE', K_PREEMPTIBLE, 0, wanted - 1)
+  if #youngest == 0 then return end
+  for i = 1, #youngest do
+    redis.call('ZREM', K_PREEMPTIBLE, youngest[i])
+    redis.call('SADD', K_PREEMPTING, youngest[i])
+  end
+  redis.call('PUBLISH', channel .. ':preempt', table.concat(youngest, ' '))
+end
+
+-- Grant free slots while an eligible request waits; publish who got one (but `quiet`);
+-- `handed`: the first free slot is one a preempted call just gave back.
+local function dispatch(quiet, handed)
   local mode, open_until = state()
   if mode == 'open' then
     if now < open_until then return {} end
@@ -165,7 +193,8 @@ local function dispatch(quiet)
       slot = fairest('batch')
     end
     if not slot then break end
-    grant(slot)
+    grant(slot, handed)
+    handed = false
     granted[#granted + 1] = slot
     if slot ~= quiet then woken[#woken + 1] = slot end
   end

@@ -2,8 +2,9 @@
 
 Each operation is one Lua script (atomic on the server, one round trip) implementing the
 same rules as `LocalDeploymentState`; keys expire on their own. A grant made by any worker
-is published on one channel; each worker listens with one connection and wakes its own
-waiters (grant_listener.py), so waiting requests do not poll Redis.
+is published on one channel, and a batch slot asked back for an interactive call on
+another; each worker listens with one connection and wakes its own waiters and holders
+(grant_listener.py), so neither polls Redis.
 
 If Redis cannot be reached the worker falls back to its own in-process state for the
 duration and says so loudly: routing keeps working (each worker then judges deployments on
@@ -11,6 +12,7 @@ what it sees itself) rather than failing every call.
 """
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -100,6 +102,8 @@ class RedisDeploymentState:
             "members:batch",
             "service",
             "heard",
+            "preemptible",
+            "preempting",
         )
         return [f"{base}:{part}" for part in parts]
 
@@ -141,6 +145,7 @@ class RedisDeploymentState:
         now = time.time() if now is None else now
         args = (int(retry), slot, limits.retry_ratio, limits.retry_floor)
         args += (claim.priority, claim.member, claim.estimate, wait_until or 0)
+        args += (int(claim.preemptible),)
         waiting = _Waiting(name, limits, claim, retry, wait_until or 0.0, local=False)
         try:
             if wait_until is not None:
@@ -331,6 +336,17 @@ class RedisDeploymentState:
             self.policy.failed(exc)
             if not self._local_slots:
                 await self._fallback.renew(held)
+
+    async def watch_preemption(self, name: str, slot: str) -> asyncio.Future[None]:
+        """Heard on the listener's connection; the same future also answers for a slot
+        granted by the in-process fallback while Redis is away."""
+        asked = await grant_listener(self).expect_preemption(slot)
+        return self._fallback.track_preemption(slot, asked)
+
+    def forget_preemption(self, slot: str) -> None:
+        self._fallback.forget_preemption(slot)
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing registered
+            grant_listener(self).forget_preemption(slot)
 
     async def snapshot(self, name: str, limits: Limits, *, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now

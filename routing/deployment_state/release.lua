@@ -5,19 +5,25 @@ local threshold, cooldown, close_after = tonumber(ARGV[9]), tonumber(ARGV[10]), 
 local service, repeat_ = tonumber(ARGV[12]), ARGV[13] == '1'
 redis.call('ZREM', K_SLOTS, slot)
 redis.call('ZREM', K_BATCH, slot)
+redis.call('ZREM', K_PREEMPTIBLE, slot)
+local handing = redis.call('SREM', K_PREEMPTING, slot) == 1  -- a preempted call gives it back
 local held = redis.call('HGET', K_HELD, slot)
 local since = now
+local congested = false
 if held then
   redis.call('HDEL', K_HELD, slot)
   local h = split(held)
   since = tonumber(h[4])
+  if result == 'capacity' and h[5] == '1' then
+    -- The upstream had not yet seen the preempted call's cancel: not congestion.
+    result, congested = 'neutral', true
+  end
   if result == 'success' then
     local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
     redis.call('HSET', K_STATE, 'hold', (1 - HOLD_WEIGHT) * hold + HOLD_WEIGHT * math.max(0, now - since))
   end
   if service then redis.call('HINCRBYFLOAT', K_SERVICE, h[2], service - tonumber(h[3])) end
 end
-local congested = false
 if result ~= 'neutral' then
   local st = redis.call('HMGET', K_STATE, 'mode', 'failures', 'half_successes', 'limit',
                         'streak', 'reason', 'open_until', 'cut_at')
@@ -56,6 +62,7 @@ if result ~= 'neutral' then
              'limit', limit, 'streak', streak, 'reason', reason, 'open_until', open_until,
              'cut_at', cut_at)
 end
-dispatch(nil)
+dispatch(nil, handing)
+preempt_if_full()
 keep(STATE_TTL)
 return congested and 2 or 1

@@ -3,6 +3,12 @@
 -- waiter one sweep).
 for i = 7, #ARGV do redis.call('ZADD', K_HEARD, 'XX', now, ARGV[i]) end
 dispatch(nil)
+preempt_if_full()
+-- Asked-back slots are announced again while interactive calls wait (a lost message).
+if redis.call('ZCARD', K_QUEUE.interactive) > 0 then
+  local asked = redis.call('SMEMBERS', K_PREEMPTING)
+  if #asked > 0 then redis.call('PUBLISH', channel .. ':preempt', table.concat(asked, ' ')) end
+end
 local granted, lost = {}, {}
 for i = 7, #ARGV do
   if redis.call('ZSCORE', K_SLOTS, ARGV[i]) then granted[#granted + 1] = ARGV[i]

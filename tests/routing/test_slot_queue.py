@@ -26,7 +26,14 @@ class Deployment:
         self.state, self.name, self.limits, self.now = state, name, limits, T0
 
     async def ask(
-        self, slot: str, priority: str = INTERACTIVE, member: str = "m", *, wait=WAIT, cost=100.0
+        self,
+        slot: str,
+        priority: str = INTERACTIVE,
+        member: str = "m",
+        *,
+        wait=WAIT,
+        cost=100.0,
+        preemptible=False,
     ):
         self.now += 0.001  # arrivals are ordered
         return await self.state.acquire_slot(
@@ -34,7 +41,7 @@ class Deployment:
             self.limits,
             slot,
             retry=False,
-            claim=Claim(priority, member, cost, wait=0),
+            claim=Claim(priority, member, cost, wait=0, preemptible=preemptible),
             wait_until=wait,
             now=self.now,
         )
