@@ -46,6 +46,7 @@ from batches.selectors import ActiveBatch
 from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
 from core.errors import error_body, json_object
+from core.outcomes import Outcome
 from routing.audit import CallLog, new_request_id
 from routing.catalog import catalog
 from routing.proxy import serve
@@ -184,7 +185,7 @@ class Runner:
                     call, _request_for(body), endpoint, principal, preemptible=True
                 )
                 status, content = response.status_code, response.content
-                if _preempted(status, content):
+                if call.outcome == Outcome.PREEMPTED:
                     self.preempted += 1
                     await db_write(services.line_release, line_id=line.id, runner=self.name)
                     return
@@ -245,13 +246,6 @@ def _request_for(body: bytes) -> HttpRequest:
         "HTTP_X_SLUICE_PRIORITY": "batch",
     }
     return request
-
-
-def _preempted(status: int, content: bytes) -> bool:
-    if status != 503:
-        return False
-    error = (json_object(content) or {}).get("error")
-    return isinstance(error, dict) and error.get("code") == "preempted"
 
 
 def _retry_wait(status: int, content: bytes, retry_after: str | None) -> float | None:

@@ -234,11 +234,15 @@ class ChainWalk:
         slot = f"{self.call.request_id}:{number}"
         state = deployment_state()
         if not self.claim.preemptible:
-            return await self._attempt_at(deployment, state, slot, delay, reason, queue, None)
+            return await self._attempt_at(
+                deployment, state, number, slot, delay, reason, queue, None
+            )
         # Listening before asking: a slot asked back at once is not missed.
         asked = await state.watch_preemption(deployment.name, slot)
         try:
-            return await self._attempt_at(deployment, state, slot, delay, reason, queue, asked)
+            return await self._attempt_at(
+                deployment, state, number, slot, delay, reason, queue, asked
+            )
         finally:
             state.forget_preemption(slot)
 
@@ -246,13 +250,13 @@ class ChainWalk:
         self,
         deployment: DeploymentSpec,
         state: DeploymentState,
+        number: int,
         slot: str,
         delay: float | None,
         reason: str,
         queue: bool,
         asked: asyncio.Future[None] | None,
     ) -> Answer | OpenStream | Failure | Refusal | Preempted:
-        number = len(self.call.attempts) + 1
         # A call queueing again after its own congestion is no retry for the budget.
         retry = deployment.name in self.tried and deployment.name not in self.congested
         admission = await state.acquire_slot(
