@@ -112,6 +112,14 @@ class Failure:
     content: bytes
     retry_after: float | None
     congested: bool = False  # a capacity error put down to Sluice's own concurrency
+    cut: bool = False  # the call's own deadline ended the wait for the answer
+
+
+def _cut(failure: Failure | Answer, deadline: asyncio.Timeout) -> Failure | Answer:
+    """Mark a failure that the call's own deadline caused (the timeout context expired)."""
+    if isinstance(failure, Failure) and deadline.expired():
+        failure.cut = True
+    return failure
 
 
 def _result_for(error_class: ErrorClass | None) -> Result:
@@ -259,6 +267,9 @@ class ChainWalk:
     ) -> Answer | OpenStream | Failure | Refusal | Preempted:
         # A call queueing again after its own congestion is no retry for the budget.
         retry = deployment.name in self.tried and deployment.name not in self.congested
+        # The answer is due by then: the backend grants a slot only while what is left
+        # covers the deployment's recent latency (slot_policy rule 6).
+        due = self._attempt_deadline(deployment)
         admission = await state.acquire_slot(
             deployment.name,
             deployment.limits,
@@ -266,6 +277,7 @@ class ChainWalk:
             retry=retry,
             claim=self.claim,
             wait_until=time.time() + min(self.claim.wait, self._remaining()) if queue else None,
+            deadline=time.time() + (due - time.monotonic()),
         )
         admitted, refusal = admission.admitted, admission.refusal
         if admission.queued:
@@ -277,15 +289,26 @@ class ChainWalk:
                 self.breakers.append(admission.reason)
                 if admission.retry_in:
                     self.breaker_waits.append(admission.retry_in)
+            elif refusal is Refusal.DEADLINE:
+                self.queue_waits.append(admission.retry_in)
+            elif not self.claim.wait:  # full, and this call never queues
+                self.queue_waits.append(settings.SLUICE_CAPACITY_RETRY_AFTER)
             return refusal
         keeper = lease_keeper()
         keeper.hold(deployment.name, deployment.limits, slot)
         repeat = deployment.name in self.counted  # the breaker counts a call once
+        took: float | None = None  # seconds to the answer's head, or until the deadline cut
 
         async def release(result: Result, service: float | None) -> bool:
             keeper.drop(deployment.name, slot)
             return await state.release(
-                deployment.name, deployment.limits, slot, result, service=service, repeat=repeat
+                deployment.name,
+                deployment.limits,
+                slot,
+                result,
+                service=service,
+                repeat=repeat,
+                took=took,
             )
 
         attempt = AttemptLog(
@@ -299,11 +322,13 @@ class ChainWalk:
         self.call.retries += deployment.name in self.tried
         self.tried[deployment.name] += 1
         outcome: Answer | OpenStream | Failure | Preempted
+        sent = time.perf_counter()
         try:
             if asked is None:
-                outcome = await self._send(deployment, attempt)
+                outcome = await self._send(deployment, attempt, due)
             else:
-                outcome = await self._send_unless_asked_back(deployment, attempt, asked)
+                outcome = await self._send_unless_asked_back(deployment, attempt, asked, due)
+            took = time.perf_counter() - sent
         except asyncio.CancelledError:
             spawn(release(Result.NEUTRAL, 0.0))  # the client left; not the deployment's fault
             raise
@@ -314,7 +339,8 @@ class ChainWalk:
         if isinstance(outcome, OpenStream):
             outcome.release = release  # held until the stream ends
         elif isinstance(outcome, Failure):
-            result = _result_for(outcome.error_class)
+            # Cut by the call's own deadline: the deployment's fault only if it hung.
+            result = Result.DEADLINE if outcome.cut else _result_for(outcome.error_class)
             congested = await release(result, 0.0)
             if not congested and result is not Result.NEUTRAL:
                 self.counted.add(deployment.name)
@@ -329,11 +355,15 @@ class ChainWalk:
         return outcome
 
     async def _send_unless_asked_back(
-        self, deployment: DeploymentSpec, attempt: AttemptLog, asked: asyncio.Future[None]
+        self,
+        deployment: DeploymentSpec,
+        attempt: AttemptLog,
+        asked: asyncio.Future[None],
+        due: float,
     ) -> Answer | OpenStream | Failure | Preempted:
         """`_send`, cancelled when the slot is asked back before the answer is in."""
         started = time.perf_counter()
-        send = asyncio.ensure_future(self._send(deployment, attempt))
+        send = asyncio.ensure_future(self._send(deployment, attempt, due))
         try:
             await asyncio.wait((send, asked), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -361,8 +391,10 @@ class ChainWalk:
         parks = self.claim.priority == BATCH
         if parks:
             await park(self.call.quota, parked=True)
+        # No grant comes after the queue's `until` (its deadline, less the latency).
+        within = min(self.claim.wait, self._remaining(), admission.until - time.time())
         try:
-            if await state.wait(name, slot, min(self.claim.wait, self._remaining())):
+            if await state.wait(name, slot, max(0.0, within)):
                 return True
             departure = await state.leave(name, limits, slot)
             if not departure.granted:
@@ -390,18 +422,19 @@ class ChainWalk:
         return time.monotonic() + remaining / (later + 1)
 
     async def _send(
-        self, deployment: DeploymentSpec, attempt: AttemptLog
+        self, deployment: DeploymentSpec, attempt: AttemptLog, due: float
     ) -> Answer | OpenStream | Failure:
+        """One request upstream; its answer's head is due by `due` (monotonic)."""
         started = time.perf_counter()
         body = upstream_body(self.request, deployment.model)
-        loop_deadline = asyncio.get_running_loop().time() + (
-            self._attempt_deadline(deployment) - time.monotonic()
-        )
+        loop_deadline = asyncio.get_running_loop().time() + (due - time.monotonic())
+        # The attempt's deadline bounds the wait for the answer's head (and a stream's first
+        # event); a stream's body is then bounded by the upstream's read timeout between
+        # chunks instead. When it is that deadline that ends the wait (not the upstream's
+        # own timeouts), the failure is marked `cut`.
+        deadline = asyncio.timeout_at(loop_deadline)
         try:
-            # The attempt's deadline bounds the wait for the answer's head (and a stream's
-            # first event); a stream's body is then bounded by the upstream's read timeout
-            # between chunks instead.
-            async with asyncio.timeout_at(loop_deadline):
+            async with deadline:
                 response = await open_response(
                     deployment,
                     self.request.endpoint.value,
@@ -409,21 +442,25 @@ class ChainWalk:
                     self.request.account_headers,
                 )
         except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
-            return self._failed(deployment, attempt, started, transport_error_class(exc))
+            failure = self._failed(deployment, attempt, started, transport_error_class(exc))
+            return _cut(failure, deadline)
         attempt.status_code = response.status
         if response.status == 200 and self.request.stream:
+            deadline = asyncio.timeout_at(loop_deadline)
             try:
-                async with asyncio.timeout_at(loop_deadline):
+                async with deadline:
                     first = await first_event(response)
             except UpstreamError as exc:
                 response.close()
-                return self._failed(deployment, attempt, started, transport_error_class(exc))
+                failure = self._failed(deployment, attempt, started, transport_error_class(exc))
+                return _cut(failure, deadline)
             if first is None:  # not an event stream of JSON: like a malformed body
                 response.close()
                 return self._failed(deployment, attempt, started, ErrorClass.MALFORMED, 200)
             return OpenStream(deployment, response, attempt, started, first=first)
+        deadline = asyncio.timeout_at(loop_deadline)
         try:
-            async with asyncio.timeout_at(loop_deadline):
+            async with deadline:
                 content = await response.read()
         except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             error_class: ErrorClass | None = transport_error_class(exc)
@@ -439,9 +476,10 @@ class ChainWalk:
                 error_class = ErrorClass.MALFORMED
         if error_class is not None:
             hint = retry_after_seconds(response.headers) if error_class in CAPACITY_LIKE else None
-            return self._failed(
+            failure = self._failed(
                 deployment, attempt, started, error_class, response.status, content, hint
             )
+            return _cut(failure, deadline)
         attempt.duration_ms = (time.perf_counter() - started) * 1000
         self.call.ttfb_ms = self.call.elapsed_ms()
         return Answer(deployment, 200, content, payload, passed_back(response.headers))
@@ -461,6 +499,10 @@ class ChainWalk:
         self.failures.append(error_class)
         if retry_after is not None:
             self.retry_hints.append(retry_after)
+        elif error_class in CAPACITY_LIKE:
+            # Busy, with no word on when: the configured wait, so that another deployment's
+            # open breaker (minutes) does not set the client's Retry-After.
+            self.retry_hints.append(settings.SLUICE_CAPACITY_RETRY_AFTER)
         if error_class is ErrorClass.BAD_REQUEST:
             return Answer(deployment, status or 400, openai_error(content), None)
         if error_class is ErrorClass.CONTEXT_LENGTH:
@@ -492,8 +534,10 @@ class ChainWalk:
         return self.deadline - time.monotonic()
 
     def _attempts(self) -> int:
-        """Attempts that count to `max_attempts`: not those that met own congestion."""
-        return self.call.attempt_count - self.absorbed
+        """Attempts that count to `max_attempts`: not those that met own congestion, up to
+        as many again (so one call makes at most twice `max_attempts` upstream attempts,
+        however full the chain)."""
+        return self.call.attempt_count - min(self.absorbed, self.route.policy.max_attempts)
 
     def _spent(self) -> bool:
         return self._attempts() >= self.route.policy.max_attempts or self._remaining() <= 0
@@ -553,6 +597,7 @@ class ChainWalk:
         if (
             seen & CAPACITY_LIKE
             or self.skips[Refusal.CONCURRENCY.value]
+            or self.skips[Refusal.DEADLINE.value]
             or (not seen and capacity_breaker)
         ):
             waits = self.retry_hints + self.breaker_waits + self.queue_waits

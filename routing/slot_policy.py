@@ -12,7 +12,12 @@
        batch calls there that may be preempted (the batch runner's lines) are asked to give
        their slots back, one per waiting interactive request not yet covered: the holder
        cancels its upstream request and frees the slot, which goes to the interactive
-       request; the line runs again later. The youngest has done the least work.
+       request; the line runs again later. The youngest has done the least work;
+    6. deadlines decide admission: a slot goes only to a call whose deadline still covers
+       the deployment's recent latency (rules.need: mean + 2 deviations of the time to an
+       answer's head); one that can no longer finish leaves the queue unserved (503 with
+       Retry-After), and one whose deadline ends before the queue ahead of it would drain
+       (`expected_wait`) is refused when it arrives instead of queueing in vain.
 
 A member who starts waiting is lifted to the least counter among those already waiting (or
 to the last one served), so a long idle spell banks no credit to spend in a burst later.
@@ -29,6 +34,7 @@ from accounts.models import PriorityClass
 INTERACTIVE, BATCH = PriorityClass.INTERACTIVE.value, PriorityClass.BATCH.value
 OUTPUT_WEIGHT = 2.0  # an output token costs the upstream about twice an input token
 DEFAULT_HOLD = 1.0  # seconds a call holds a slot, until the deployment has measured it
+MIN_HOLD = 0.05  # the least hold a queue's wait is reckoned with (a burst of instant errors)
 RESERVE_EPSILON = 1e-9  # so float error never rounds a whole number of reserved slots up
 
 
@@ -56,6 +62,7 @@ class Waiter:
     estimate: float  # weighted tokens charged when granted
     retry: bool = False  # a second attempt at this deployment (counts to its retry budget)
     preemptible: bool = False
+    deadline: float = math.inf  # epoch seconds the call's answer is due by
 
 
 def claim_for(*, priority: str, member: str, raw_size: int, preemptible: bool = False) -> Claim:
@@ -87,7 +94,12 @@ def estimated_weighted_tokens(raw_size: int) -> float:
     return float(raw_size // 4 + 1)
 
 
-def queue_retry_after(ahead: int, allowed: int, hold: float) -> int:
+def expected_wait(ahead: int, allowed: int, hold: float) -> float:
     """Seconds until a request behind `ahead` others would probably get a slot: the queue
     drains `allowed` calls every `hold` seconds."""
-    return max(1, math.ceil((ahead + 1) / max(1, allowed) * max(hold, 0.05)))
+    return (ahead + 1) / max(1, allowed) * max(hold, MIN_HOLD)
+
+
+def queue_retry_after(ahead: int, allowed: int, hold: float) -> int:
+    """`expected_wait` in whole seconds, at least one: a Retry-After."""
+    return max(1, math.ceil(expected_wait(ahead, allowed, hold)))

@@ -1,12 +1,20 @@
 -- ARGV[7..]: retry, slot, retry ratio, retry floor, priority, member, estimate, wait until,
--- preemptible
+-- preemptible, deadline (epoch seconds the answer is due by; 0: none)
 local retry, slot = ARGV[7] == '1', ARGV[8]
 local ratio, floor_ = tonumber(ARGV[9]), tonumber(ARGV[10])
 local class, member, estimate = ARGV[11], ARGV[12], tonumber(ARGV[13])
 local wait_until, preemptible = tonumber(ARGV[14]), ARGV[15] == '1'
+local deadline = tonumber(ARGV[16])
+if deadline <= 0 then deadline = math.huge end
 local mode, open_until = state()
 if mode == 'open' and now < open_until then
   return {0, 'breaker', tostring(open_until - now), redis.call('HGET', K_STATE, 'reason') or ''}
+end
+-- Only while the deadline covers the deployment's latency (slot_policy rule 6).
+local latest = deadline - need()
+if latest < now then
+  local wait = expected_wait(ahead_of(class), allowed_slots())
+  return {0, 'deadline', tostring(math.max(1, math.ceil(wait)))}
 end
 if retry then
   local bucket = math.floor(now / BUDGET_WIDTH)
@@ -24,14 +32,26 @@ if retry then
   if retries >= math.max(floor_, ratio * firsts) then return {0, 'budget', '0'} end
 end
 local position = redis.call('ZCARD', K_QUEUE[class])
+local ahead = ahead_of(class)
 -- As sent: a number turned back into text keeps 14 digits, and could fall before `now`.
-join(slot, class, member, wait_until > now and ARGV[14] or ARGV[1], estimate, retry, preemptible)
+local until_ = wait_until > now and ARGV[14] or ARGV[1]
+if latest < tonumber(until_) then until_ = string.format('%.6f', latest) end
+local due = deadline == math.huge and 'inf' or ARGV[16]
+join(slot, class, member, until_, estimate, retry, preemptible, due)
 dispatch(slot)
 keep(STATE_TTL)
 if redis.call('ZSCORE', K_SLOTS, slot) then return {1, '', '0'} end
-if wait_until > now then
-  preempt_if_full()
-  return {0, 'queued', tostring(position)}
+local room = tonumber(until_) - now
+if room > 0 then
+  local wait = expected_wait(ahead, allowed_slots())
+  if wait <= room then
+    preempt_if_full()
+    return {0, 'queued', tostring(position), until_}
+  end
+  -- Refused at arrival: the queue would not reach it in time. Retry-After: when the calls
+  -- now ahead of it, beyond what it could wait, are served.
+  remove_waiter(slot)
+  return {0, 'deadline', tostring(math.max(1, math.ceil(wait - room)))}
 end
 remove_waiter(slot)
 mode = state()

@@ -15,12 +15,18 @@ class Result(StrEnum):
     FAILURE = "failure"  # server error, timeout, reset: counts to the breaker
     MISCONFIGURED = "misconfigured"  # auth/config: opens the breaker at once
     NEUTRAL = "neutral"  # the request's own fault (bad request, context length): no effect
+    # Cut by the call's own deadline: a failure only if it had long enough to call it a hang
+    # (rules.cut_was_a_hang), else neutral: the deadline, not the deployment, was short.
+    DEADLINE = "deadline"
 
 
 class Refusal(StrEnum):
     BREAKER = "breaker"
     CONCURRENCY = "concurrency"
     BUDGET = "budget"
+    # The call's deadline leaves less than the deployment's recent latency: now, or once
+    # the queue ahead of it has drained (it would be cut mid-call, the provider's work lost).
+    DEADLINE = "deadline"
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,10 @@ class Limits:
 class Admission:
     admitted: bool
     refusal: Refusal | None = None
-    retry_in: float = 0.0  # for a breaker refusal: seconds until it half-opens
+    retry_in: float = 0.0  # breaker: seconds until it half-opens; deadline: the queue's wait
     queued: bool = False  # no slot yet: waiting in the deployment's queue
     position: int = 0  # requests of its class already waiting when it joined
+    until: float = 0.0  # queued: epoch seconds the queue keeps it (no grant after that)
     reason: str = ""  # for a breaker refusal: the result that opened it
 
 
@@ -79,9 +86,12 @@ class DeploymentState(Protocol):
         retry: bool,
         claim: Claim = ANYONE,
         wait_until: float | None = None,
+        deadline: float | None = None,
         now: float | None = None,
     ) -> Admission:
-        """A slot now, or (with `wait_until`) a place in the queue until then."""
+        """A slot now, or (with `wait_until`) a place in the queue until then; with a
+        `deadline` (epoch seconds the answer is due by), only while what is left of it
+        covers the deployment's recent latency (Refusal.DEADLINE otherwise)."""
 
     async def wait(self, name: str, slot: str, within: float) -> bool:
         """Whether a queued request was granted its slot within `within` seconds."""
@@ -103,10 +113,13 @@ class DeploymentState(Protocol):
         *,
         service: float | None = None,
         repeat: bool = False,
+        took: float | None = None,
         now: float | None = None,
     ) -> bool:
         """Free the slot; `service` is the call's weighted tokens, for fair sharing;
-        `repeat`: this call already reached the deployment (its failure counted then).
+        `repeat`: this call already reached the deployment (its failure counted then);
+        `took`: seconds to the answer's head (a success: the latency estimate learns it)
+        or until the call's deadline cut it (Result.DEADLINE: was it a hang?).
         True when a capacity error was put down to Sluice's own concurrency (congested):
         the limit took it, the breaker did not, and the call may queue again."""
 

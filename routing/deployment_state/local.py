@@ -21,7 +21,11 @@ from routing.deployment_state.rules import (
     FLOOR,
     allowed_slots,
     cut,
+    cut_was_a_hang,
+    need,
     next_hold,
+    next_latency,
+    open_time,
     raised,
     retry_allowed,
 )
@@ -33,6 +37,7 @@ from routing.slot_policy import (
     Claim,
     Waiter,
     batch_cap,
+    expected_wait,
     queue_retry_after,
 )
 
@@ -69,6 +74,12 @@ class _Deployment:
     service: dict[str, float] = field(default_factory=dict)  # member -> virtual counter
     last_served: float = 0.0  # the counter of the member granted last
     hold: float = DEFAULT_HOLD  # seconds a call holds a slot (moving average)
+    latency: float = 0.0  # seconds to an answer's head (moving average; 0: none yet)
+    deviation: float = 0.0  # of that latency (moving average)
+    opens: int = 0  # times the breaker opened since it last closed
+
+    def need(self) -> float:
+        return need(self.latency, self.deviation)
 
 
 class LocalDeploymentState:
@@ -97,6 +108,7 @@ class LocalDeploymentState:
         retry: bool,
         claim: Claim = ANYONE,
         wait_until: float | None = None,
+        deadline: float | None = None,
         now: float | None = None,
     ) -> Admission:
         now = time.time() if now is None else now
@@ -105,25 +117,46 @@ class LocalDeploymentState:
             if now < d.open_until:
                 return Admission(False, Refusal.BREAKER, d.open_until - now, reason=d.reason)
             d.mode, d.half_successes = "half_open", 0
+        due = math.inf if deadline is None else deadline
+        # Only while the deadline covers the deployment's latency: a call cut mid-way is
+        # the provider's work thrown away.
+        latest = due - d.need()
+        if latest < now:
+            return Admission(False, Refusal.DEADLINE, self._drain(d, claim.priority))
         if retry and not self._budget_allows_retry(d, limits, now):
             return Admission(False, Refusal.BUDGET)
         position = self._waiting_count(d, claim.priority)
-        until = wait_until or now
+        ahead = self._ahead(d, claim.priority)
+        until = min(wait_until or now, latest)
         who = (claim.priority, claim.member)
-        self._join(d, Waiter(slot, *who, now, until, claim.estimate, retry, claim.preemptible))
+        waiter = Waiter(slot, *who, now, until, claim.estimate, retry, claim.preemptible, due)
+        self._join(d, waiter)
         self._dispatch(d, limits, now)
         if slot in d.slots:
             return Admission(True)
-        if wait_until is not None and wait_until > now:
-            self._grants[slot] = asyncio.get_running_loop().create_future()
-            return Admission(False, Refusal.CONCURRENCY, queued=True, position=position)
+        if until > now:
+            wait = expected_wait(ahead, self._allowed(d), d.hold)
+            if wait <= until - now:
+                self._grants[slot] = asyncio.get_running_loop().create_future()
+                return Admission(
+                    False, Refusal.CONCURRENCY, queued=True, position=position, until=until
+                )
+            # Refused at arrival: the queue would not reach it in time. Retry-After: when
+            # the calls now ahead of it, beyond what it could wait, are served.
+            self._remove(d, slot)
+            return Admission(False, Refusal.DEADLINE, max(1, math.ceil(wait - (until - now))))
         self._remove(d, slot)
         if d.mode == "half_open":
             return Admission(False, Refusal.BREAKER, reason=d.reason)
         return Admission(False, Refusal.CONCURRENCY)
 
     async def wait(self, name: str, slot: str, within: float) -> bool:
-        return await granted_within(self._grants.get(slot), within)
+        # The future stays until the wait sees it: a grant made before the wait began
+        # (while the caller awaited something else) is not missed.
+        if await granted_within(self._grants.get(slot), within):
+            self._grants.pop(slot, None)
+            return True
+        return False
 
     async def leave(
         self, name: str, limits: Limits, slot: str, *, now: float | None = None
@@ -134,8 +167,7 @@ class LocalDeploymentState:
         waiter = self._remove(d, slot)
         if waiter is None and slot in d.slots:
             return Departure(granted=True)
-        ahead = self._waiting_count(d, waiter.priority if waiter else BATCH)
-        return Departure(False, queue_retry_after(ahead, self._allowed(d), d.hold))
+        return Departure(False, self._drain(d, waiter.priority if waiter else BATCH))
 
     async def release(
         self,
@@ -146,10 +178,14 @@ class LocalDeploymentState:
         *,
         service: float | None = None,
         repeat: bool = False,
+        took: float | None = None,
         now: float | None = None,
     ) -> bool:
         now = time.time() if now is None else now
         d = self._get(name, limits)
+        if result is Result.DEADLINE:
+            hung = took is not None and cut_was_a_hang(took, d.need())
+            result = Result.FAILURE if hung else Result.NEUTRAL
         d.slots.pop(slot, None)
         handing = slot in d.preempting  # a preempted call gives its slot back
         d.preempting.discard(slot)
@@ -161,6 +197,8 @@ class LocalDeploymentState:
         if held is not None:
             if result is Result.SUCCESS:  # how long an answer takes, for Retry-After
                 d.hold = next_hold(d.hold, now - held.since)
+                if took is not None:
+                    d.latency, d.deviation = next_latency(d.latency, d.deviation, took)
             if service is not None:
                 d.service[held.member] = d.service.get(held.member, 0.0) + service - held.estimate
         if result is Result.SUCCESS:
@@ -168,7 +206,7 @@ class LocalDeploymentState:
             if d.mode == "half_open":
                 d.half_successes += 1
                 if d.half_successes >= limits.close_after:
-                    d.mode, d.reason = "closed", ""
+                    d.mode, d.reason, d.opens = "closed", "", 0
             d.streak += 1
             if d.streak >= math.floor(d.limit or 1):
                 d.limit = raised(d.limit or 1, limits.max_concurrency)
@@ -191,7 +229,8 @@ class LocalDeploymentState:
                 or d.mode == "half_open"  # a probe failed
                 or (counts and d.failures >= limits.threshold)
             ):
-                d.mode, d.open_until = "open", now + limits.cooldown
+                d.mode, d.open_until = "open", now + open_time(limits.cooldown, d.opens)
+                d.opens += 1
                 d.failures = d.half_successes = 0
                 d.reason = result.value
         self._dispatch(d, limits, now, handed=handing)
@@ -265,6 +304,16 @@ class LocalDeploymentState:
     def _waiting_count(d: _Deployment, priority: str) -> int:
         return sum(len(q) for q in d.queues[priority].values())
 
+    def _ahead(self, d: _Deployment, priority: str) -> int:
+        """Waiters served before a newcomer of `priority`, about: its class, and for batch
+        every interactive one too."""
+        ahead = self._waiting_count(d, priority)
+        return ahead + (self._waiting_count(d, INTERACTIVE) if priority == BATCH else 0)
+
+    def _drain(self, d: _Deployment, priority: str) -> int:
+        """A Retry-After for a call of `priority` that found no place: the queue's wait."""
+        return queue_retry_after(self._ahead(d, priority), self._allowed(d), d.hold)
+
     @staticmethod
     def _join(d: _Deployment, waiter: Waiter) -> None:
         """Queue a waiter; a member who was not waiting starts level with those who are."""
@@ -313,7 +362,7 @@ class LocalDeploymentState:
             d.last_served = d.service.get(waiter.member, 0.0)
             d.service[waiter.member] = d.last_served + waiter.estimate
             self._count_attempt(d, now, retry=waiter.retry)
-            granted = self._grants.pop(waiter.slot, None)
+            granted = self._grants.get(waiter.slot)
             if granted is not None and not granted.done():
                 granted.set_result(None)
         if 0 < allowed <= len(d.slots):  # full (and not open: a slot could go to nobody)
@@ -341,6 +390,7 @@ class LocalDeploymentState:
                 asked.set_result(None)
 
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
+        latest = now + d.need()  # a waiter whose deadline is sooner could not finish
         for priority in (INTERACTIVE, BATCH):
             members = d.queues[priority]
             if not members:
@@ -352,7 +402,8 @@ class LocalDeploymentState:
             heads = []
             for queue in list(members.values()):
                 head = next(iter(queue.values()))
-                while head.until < now:  # gave up waiting without leaving (a dead worker)
+                # Gave up waiting without leaving (a dead worker), or too late to finish.
+                while head.until < now or head.deadline < latest:
                     self._remove(d, head.slot)
                     if not queue:
                         break

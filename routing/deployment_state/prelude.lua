@@ -38,6 +38,27 @@ local function allowed_slots()
   return allowed
 end
 
+-- Seconds of deadline a call needs left to be sent (rules.need; 0 before any answer).
+local function need()
+  local st = redis.call('HMGET', K_STATE, 'latency', 'deviation')
+  local latency, deviation = tonumber(st[1] or '0'), tonumber(st[2] or '0')
+  if latency <= 0 then return 0 end
+  return latency + NEED_DEVIATIONS * deviation
+end
+
+-- Waiters served before a newcomer of `class`: its class, and for batch interactive too.
+local function ahead_of(class)
+  local ahead = redis.call('ZCARD', K_QUEUE[class])
+  if class == 'batch' then ahead = ahead + redis.call('ZCARD', K_QUEUE.interactive) end
+  return ahead
+end
+
+-- slot_policy.expected_wait: the queue drains `allowed` calls every `hold` seconds.
+local function expected_wait(ahead, allowed)
+  local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
+  return (ahead + 1) / math.max(1, allowed) * math.max(hold, MIN_HOLD)
+end
+
 local function batch_cap(allowed)
   if allowed <= 0 then return 0 end
   local kept = math.max(0, math.min(allowed - 1, math.ceil(allowed * reserve - RESERVE_EPSILON)))
@@ -67,7 +88,7 @@ local function purge_expired_slots()
   end
 end
 
--- waiter info: class|member|until|estimate|retry|preemptible
+-- waiter info: class|member|until|estimate|retry|preemptible|deadline
 local function remove_waiter(slot)
   local info = redis.call('HGET', K_WAITER, slot)
   if not info then return nil end
@@ -88,7 +109,7 @@ local function waiting_member(member)
       or redis.call('HEXISTS', K_MEMBERS.batch, member) == 1
 end
 
-local function join(slot, class, member, until_, estimate, retry, preemptible)
+local function join(slot, class, member, until_, estimate, retry, preemptible, deadline)
   if not waiting_member(member) then
     local level = nil
     for _, c in ipairs({'interactive', 'batch'}) do
@@ -102,7 +123,7 @@ local function join(slot, class, member, until_, estimate, retry, preemptible)
   end
   redis.call('HSET', K_WAITER, slot,
              table.concat({class, member, until_, estimate, retry and '1' or '0',
-                           preemptible and '1' or '0'}, '|'))
+                           preemptible and '1' or '0', deadline}, '|'))
   redis.call('ZADD', K_QUEUE[class], now, slot)
   redis.call('ZADD', K_HEARD, now, slot)
   redis.call('ZADD', member_queue(class, member), now, slot)
@@ -110,26 +131,30 @@ local function join(slot, class, member, until_, estimate, retry, preemptible)
   redis.call('HINCRBY', K_MEMBERS[class], member, 1)
 end
 
--- The member's oldest live waiter in a class (dropping the ones whose time ran out, and
--- those of a worker gone silent).
-local function oldest_of(class, member)
+-- The member's oldest live waiter in a class (dropping the ones whose time ran out, those
+-- whose deadline ends before `latest`: too late to finish, and those of a worker gone
+-- silent).
+local function oldest_of(class, member, latest)
   local q = member_queue(class, member)
   while true do
     local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
     if #first == 0 then return nil end
     local info = redis.call('HGET', K_WAITER, first[1])
     local heard = tonumber(redis.call('ZSCORE', K_HEARD, first[1]) or '0')
-    if info and tonumber(split(info)[3]) >= now and heard >= now - SILENCE then
-      return first[1], tonumber(first[2])
+    if info then
+      local w = split(info)
+      if tonumber(w[3]) >= now and tonumber(w[7]) >= latest and heard >= now - SILENCE then
+        return first[1], tonumber(first[2])
+      end
     end
     if info then remove_waiter(first[1]) else redis.call('ZREM', q, first[1]) end
   end
 end
 
-local function fairest(class)
+local function fairest(class, latest)
   local best, best_service, best_since = nil, nil, nil
   for _, member in ipairs(redis.call('HKEYS', K_MEMBERS[class])) do
-    local slot, since = oldest_of(class, member)
+    local slot, since = oldest_of(class, member, latest)
     if slot then
       local s = service_of(member)
       if best == nil or s < best_service or (s == best_service and since < best_since) then
@@ -184,13 +209,16 @@ local function dispatch(quiet, handed)
   end
   purge_expired_slots()
   local allowed = allowed_slots()
+  local latest = now + need()  -- a waiter whose deadline is sooner could not finish
   local granted, woken = {}, {}
   while redis.call('ZCARD', K_SLOTS) < allowed do
     local slot = nil
-    if redis.call('HLEN', K_MEMBERS.interactive) > 0 then slot = fairest('interactive') end
+    if redis.call('HLEN', K_MEMBERS.interactive) > 0 then
+      slot = fairest('interactive', latest)
+    end
     if not slot and redis.call('HLEN', K_MEMBERS.batch) > 0
        and redis.call('ZCARD', K_BATCH) < batch_cap(allowed) then
-      slot = fairest('batch')
+      slot = fairest('batch', latest)
     end
     if not slot then break end
     grant(slot, handed)

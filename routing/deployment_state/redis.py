@@ -65,6 +65,7 @@ class _Waiting:
     claim: Claim
     retry: bool
     until: float  # wall clock: queued until then
+    deadline: float | None  # wall clock: the call's answer is due by then
     local: bool  # in the in-process fallback (Redis was down when it queued or since)
     lost: bool = False  # Redis no longer knows it (restarted without its data)
     refused: bool = False  # queued again, and refused (breaker, budget): stop waiting
@@ -140,13 +141,14 @@ class RedisDeploymentState:
         retry: bool,
         claim: Claim = ANYONE,
         wait_until: float | None = None,
+        deadline: float | None = None,
         now: float | None = None,
     ) -> Admission:
         now = time.time() if now is None else now
         args = (int(retry), slot, limits.retry_ratio, limits.retry_floor)
         args += (claim.priority, claim.member, claim.estimate, wait_until or 0)
-        args += (int(claim.preemptible),)
-        waiting = _Waiting(name, limits, claim, retry, wait_until or 0.0, local=False)
+        args += (int(claim.preemptible), deadline or 0)
+        waiting = _Waiting(name, limits, claim, retry, wait_until or 0.0, deadline, local=False)
         try:
             if wait_until is not None:
                 # Listen before joining: a grant published in between is not missed.
@@ -155,7 +157,14 @@ class RedisDeploymentState:
         except (RedisError, OSError):
             grant_listener(self).forget(slot)
             admission = await self._fallback.acquire_slot(
-                name, limits, slot, retry=retry, claim=claim, wait_until=wait_until, now=now
+                name,
+                limits,
+                slot,
+                retry=retry,
+                claim=claim,
+                wait_until=wait_until,
+                deadline=deadline,
+                now=now,
             )
             if admission.admitted:
                 self._local_slots.add(slot)
@@ -169,7 +178,10 @@ class RedisDeploymentState:
         reason = refusal.decode()
         if reason == "queued":
             self._queued[slot] = waiting
-            return Admission(False, Refusal.CONCURRENCY, queued=True, position=int(detail))
+            until = float(why[0]) if why else waiting.until
+            return Admission(
+                False, Refusal.CONCURRENCY, queued=True, position=int(detail), until=until
+            )
         grant_listener(self).forget(slot)
         why_open = why[0].decode() if why else ""
         return Admission(False, Refusal(reason), float(detail), reason=why_open)
@@ -215,6 +227,7 @@ class RedisDeploymentState:
                 retry=waiting.retry,
                 claim=waiting.claim,
                 wait_until=waiting.until,
+                deadline=waiting.deadline,
             )
             waiting.local = True
             waiting.refused = not (admission.admitted or admission.queued)
@@ -235,6 +248,7 @@ class RedisDeploymentState:
             retry=waiting.retry,
             claim=waiting.claim,
             wait_until=waiting.until,
+            deadline=waiting.deadline,
         )
         if not (admission.admitted or admission.queued):
             waiting.refused = True
@@ -285,21 +299,22 @@ class RedisDeploymentState:
         *,
         service: float | None = None,
         repeat: bool = False,
+        took: float | None = None,
         now: float | None = None,
     ) -> bool:
         now = time.time() if now is None else now
         if slot in self._local_slots:  # granted while Redis was away: freed where it was
             self._local_slots.discard(slot)
             return await self._fallback.release(
-                name, limits, slot, result, service=service, repeat=repeat, now=now
+                name, limits, slot, result, service=service, repeat=repeat, took=took, now=now
             )
         args = (slot, result.value, limits.threshold, limits.cooldown, limits.close_after)
-        args += ("" if service is None else service, int(repeat))
+        args += ("" if service is None else service, int(repeat), "" if took is None else took)
         try:
             answer = await self._run("release", name, limits, now, *args)
         except (RedisError, OSError):
             return await self._fallback.release(
-                name, limits, slot, result, service=service, repeat=repeat, now=now
+                name, limits, slot, result, service=service, repeat=repeat, took=took, now=now
             )
         return int(answer) == 2
 

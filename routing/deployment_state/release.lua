@@ -1,8 +1,15 @@
 -- ARGV[7..]: slot, result, threshold, cooldown, close after, service ('' when unknown),
--- repeat ('1': the call reached this deployment before). Returns 1, or 2 when congested.
+-- repeat ('1': the call reached this deployment before), took (seconds to the answer's
+-- head, or until the call's deadline cut it; '' when unknown). Returns 1, or 2 when
+-- congested.
 local slot, result = ARGV[7], ARGV[8]
 local threshold, cooldown, close_after = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local service, repeat_ = tonumber(ARGV[12]), ARGV[13] == '1'
+local service, repeat_, took = tonumber(ARGV[12]), ARGV[13] == '1', tonumber(ARGV[14])
+if result == 'deadline' then  -- a failure only if it hung (rules.cut_was_a_hang)
+  local needed = need()
+  local hung = took ~= nil and needed > 0 and took >= HANG_FACTOR * needed
+  result = hung and 'failure' or 'neutral'
+end
 redis.call('ZREM', K_SLOTS, slot)
 redis.call('ZREM', K_BATCH, slot)
 redis.call('ZREM', K_PREEMPTIBLE, slot)
@@ -21,22 +28,34 @@ if held then
   if result == 'success' then
     local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
     redis.call('HSET', K_STATE, 'hold', (1 - HOLD_WEIGHT) * hold + HOLD_WEIGHT * math.max(0, now - since))
+    if took then  -- rules.next_latency
+      took = math.max(0, took)
+      local st = redis.call('HMGET', K_STATE, 'latency', 'deviation')
+      local latency, deviation = tonumber(st[1] or '0'), tonumber(st[2] or '0')
+      if latency <= 0 then
+        latency, deviation = took, took / 2
+      else
+        deviation = (1 - DEVIATION_WEIGHT) * deviation + DEVIATION_WEIGHT * math.abs(took - latency)
+        latency = (1 - LATENCY_WEIGHT) * latency + LATENCY_WEIGHT * took
+      end
+      redis.call('HSET', K_STATE, 'latency', latency, 'deviation', deviation)
+    end
   end
   if service then redis.call('HINCRBYFLOAT', K_SERVICE, h[2], service - tonumber(h[3])) end
 end
 if result ~= 'neutral' then
   local st = redis.call('HMGET', K_STATE, 'mode', 'failures', 'half_successes', 'limit',
-                        'streak', 'reason', 'open_until', 'cut_at')
+                        'streak', 'reason', 'open_until', 'cut_at', 'opens')
   local mode, reason = st[1] or 'closed', st[6] or ''
   local failures, half = tonumber(st[2] or '0'), tonumber(st[3] or '0')
   local limit = math.min(tonumber(st[4] or maxc), maxc)
   local streak, open_until = tonumber(st[5] or '0'), tonumber(st[7] or '0')
-  local cut_at = tonumber(st[8] or '0')
+  local cut_at, opens = tonumber(st[8] or '0'), tonumber(st[9] or '0')
   if result == 'success' then
     failures = 0
     if mode == 'half_open' then
       half = half + 1
-      if half >= close_after then mode, reason = 'closed', '' end
+      if half >= close_after then mode, reason, opens = 'closed', '', 0 end
     end
     streak = streak + 1
     if streak >= math.floor(limit) then limit, streak = math.min(maxc, limit + 1), 0 end
@@ -55,12 +74,14 @@ if result ~= 'neutral' then
     if counts then failures = failures + 1 end
     if threshold > 0 and (result == 'misconfigured' or mode == 'half_open'
                           or (counts and failures >= threshold)) then
-      mode, open_until, failures, half, reason = 'open', now + cooldown, 0, 0, result
+      -- rules.open_time: short at first, doubling per opening, up to the cooldown
+      open_until = now + math.min(cooldown, FIRST_OPEN * 2 ^ math.min(opens, DOUBLINGS))
+      mode, failures, half, reason, opens = 'open', 0, 0, result, opens + 1
     end
   end
   redis.call('HSET', K_STATE, 'mode', mode, 'failures', failures, 'half_successes', half,
              'limit', limit, 'streak', streak, 'reason', reason, 'open_until', open_until,
-             'cut_at', cut_at)
+             'cut_at', cut_at, 'opens', opens)
 end
 dispatch(nil, handing)
 preempt_if_full()

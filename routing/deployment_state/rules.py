@@ -6,7 +6,7 @@ the Lua spells no number of its own)."""
 
 import math
 
-from routing.slot_policy import DEFAULT_HOLD, RESERVE_EPSILON
+from routing.slot_policy import DEFAULT_HOLD, MIN_HOLD, RESERVE_EPSILON
 
 FLOOR = 1.0  # the adaptive limit never goes below this
 CUT = 0.7  # a capacity error's multiplicative cut
@@ -15,6 +15,12 @@ BUDGET_BUCKETS = 6  # one minute
 HOLD_WEIGHT = 0.2  # weight of the latest call in the moving average of the hold time
 STATE_TTL = 86_400  # an idle deployment's state is forgotten after a day (Redis)
 WAITER_SILENCE = 5.0  # seconds without its worker's sweep after which a waiter is passed over
+LATENCY_WEIGHT = 0.125  # weights of the latest answer in the latency estimate (as TCP's RTT)
+DEVIATION_WEIGHT = 0.25
+NEED_DEVIATIONS = 2.0  # a call needs mean + 2 deviations of its deadline left to be sent
+HANG_FACTOR = 3.0  # an attempt cut by the call's deadline after this many times `need` hung
+FIRST_OPEN = 10.0  # seconds a breaker first stays open; doubled per failed probe, to the cap
+DOUBLINGS = 30  # past this many the doubling stops (the cap has long won): no float overflow
 
 # Every constant the Lua scripts use, by the name they use it under.
 LUA_CONSTANTS: dict[str, float | int] = {
@@ -24,9 +30,16 @@ LUA_CONSTANTS: dict[str, float | int] = {
     "BUDGET_BUCKETS": BUDGET_BUCKETS,
     "HOLD_WEIGHT": HOLD_WEIGHT,
     "DEFAULT_HOLD": DEFAULT_HOLD,
+    "MIN_HOLD": MIN_HOLD,
     "STATE_TTL": STATE_TTL,
     "SILENCE": WAITER_SILENCE,
     "RESERVE_EPSILON": RESERVE_EPSILON,
+    "LATENCY_WEIGHT": LATENCY_WEIGHT,
+    "DEVIATION_WEIGHT": DEVIATION_WEIGHT,
+    "NEED_DEVIATIONS": NEED_DEVIATIONS,
+    "HANG_FACTOR": HANG_FACTOR,
+    "FIRST_OPEN": FIRST_OPEN,
+    "DOUBLINGS": DOUBLINGS,
 }
 
 
@@ -58,3 +71,34 @@ def retry_allowed(firsts: int, retries: int, *, ratio: float, floor: int) -> boo
     """The retry budget: retries at most `ratio` times the first attempts (over the last
     minute), plus a floor so a quiet deployment may still retry."""
     return retries < max(floor, ratio * firsts)
+
+
+def next_latency(mean: float, deviation: float, took: float) -> tuple[float, float]:
+    """The latency estimate after an answer that took `took` seconds to its head (the
+    whole answer, or a stream's first event): moving averages of the time and of its
+    deviation, as TCP estimates a round trip. The first answer sets the mean."""
+    took = max(0.0, took)
+    if mean <= 0:
+        return took, took / 2
+    deviation = (1 - DEVIATION_WEIGHT) * deviation + DEVIATION_WEIGHT * abs(took - mean)
+    return (1 - LATENCY_WEIGHT) * mean + LATENCY_WEIGHT * took, deviation
+
+
+def need(mean: float, deviation: float) -> float:
+    """Seconds of deadline a call needs left to be sent: the deployment's recent latency
+    and some of its spread (0 until it has answered once: then every call is sent)."""
+    return mean + NEED_DEVIATIONS * deviation if mean > 0 else 0.0
+
+
+def cut_was_a_hang(took: float, needed: float) -> bool:
+    """An attempt cut by the call's own deadline counts against the deployment only when
+    it had several times the deployment's usual latency and still had no answer: the
+    provider hung. With less, the deadline (Sluice's, or the client's) was too short."""
+    return needed > 0 and took >= HANG_FACTOR * needed
+
+
+def open_time(cap: float, opens: int) -> float:
+    """How long the breaker stays open after `opens` consecutive openings without closing
+    in between: short at first, doubling per failed probe, up to `cap` (the configured
+    cooldown), so a deployment that comes back serves again within seconds."""
+    return min(cap, FIRST_OPEN * 2 ** min(opens, DOUBLINGS))

@@ -11,8 +11,11 @@ from routing.deployment_state import (
     Refusal,
     Result,
 )
+from routing.deployment_state.rules import FIRST_OPEN
+from routing.slot_policy import BATCH, Claim
 
 LIMITS = Limits(max_concurrency=10, threshold=3, cooldown=300, close_after=3, lease=30)
+BATCH_CLAIM = Claim(BATCH, member="m", estimate=1.0, wait=60.0)
 T0 = 1_800_000_000.0
 
 
@@ -29,7 +32,7 @@ async def test_breaker_opens_after_three_consecutive_failures(state, name):
         assert (await _call(state, name, Result.FAILURE)).admitted
     refused = await _call(state, name, Result.SUCCESS, now=T0 + 1)
     assert refused.refusal is Refusal.BREAKER
-    assert refused.retry_in == pytest.approx(299)
+    assert refused.retry_in == pytest.approx(FIRST_OPEN - 1)  # short at first
     snap = await state.snapshot(name, LIMITS, now=T0 + 1)
     assert (snap.mode, snap.reason) == ("open", "failure")
 
@@ -53,7 +56,7 @@ async def test_success_resets_the_count_and_client_errors_do_not_count(state, na
 async def test_half_open_lets_probes_through_step_by_step_then_closes(state, name):
     for _ in range(3):
         await _call(state, name, Result.FAILURE)
-    later = T0 + 301
+    later = T0 + FIRST_OPEN  # the probe goes out as soon as the open time ends
     first = await state.acquire_slot(name, LIMITS, "p1", retry=False, now=later)
     assert first.admitted
     second = await state.acquire_slot(name, LIMITS, "p2", retry=False, now=later)
@@ -67,14 +70,123 @@ async def test_half_open_lets_probes_through_step_by_step_then_closes(state, nam
     assert (await state.snapshot(name, LIMITS, now=later)).mode == "closed"
 
 
-async def test_failure_while_half_open_reopens(state, name):
+async def test_failure_while_half_open_reopens_for_twice_as_long_up_to_the_cooldown(state, name):
     for _ in range(3):
         await _call(state, name, Result.FAILURE)
-    later = T0 + 301
-    assert (await _call(state, name, Result.FAILURE, now=later)).admitted
-    snap = await state.snapshot(name, LIMITS, now=later)
-    assert snap.mode == "open"
-    assert snap.open_for == pytest.approx(300)
+    now, open_for = T0, FIRST_OPEN
+    seen = []
+    for _ in range(7):  # each failed probe doubles the open time: 20, 40 … 300 (the cap)
+        now += open_for
+        assert (await _call(state, name, Result.FAILURE, now=now)).admitted
+        snap = await state.snapshot(name, LIMITS, now=now)
+        assert snap.mode == "open"
+        open_for = snap.open_for
+        seen.append(round(open_for))
+    assert seen == [20, 40, 80, 160, 300, 300, 300]
+
+
+async def test_closing_starts_the_open_time_short_again(state, name):
+    for _ in range(3):
+        await _call(state, name, Result.FAILURE)
+    now = T0 + FIRST_OPEN
+    await _call(state, name, Result.FAILURE, now=now)  # a failed probe: 20 s
+    now += 2 * FIRST_OPEN
+    for _ in range(3):
+        await _call(state, name, Result.SUCCESS, now=now)
+    assert (await state.snapshot(name, LIMITS, now=now)).mode == "closed"
+    for _ in range(3):
+        await _call(state, name, Result.FAILURE, now=now)
+    assert (await state.snapshot(name, LIMITS, now=now)).open_for == pytest.approx(FIRST_OPEN)
+
+
+async def test_an_attempt_cut_by_its_deadline_counts_only_when_it_hung(state, name):
+    """Calls that take 1 s: one cut after 0.5 s (its deadline was short) is neutral, any
+    number of them; one cut after 5 s (over 3 x what it needs) hung, and counts."""
+    for i in range(5):
+        slot = f"ok{i}"
+        assert (await state.acquire_slot(name, LIMITS, slot, retry=False, now=T0)).admitted
+        await state.release(name, LIMITS, slot, Result.SUCCESS, took=1.0, now=T0)
+    for i in range(10):
+        slot = f"short{i}"
+        assert (await state.acquire_slot(name, LIMITS, slot, retry=False, now=T0)).admitted
+        await state.release(name, LIMITS, slot, Result.DEADLINE, took=0.5, now=T0)
+    snap = await state.snapshot(name, LIMITS, now=T0)
+    assert (snap.mode, snap.failures) == ("closed", 0)
+    for i in range(3):
+        slot = f"hung{i}"
+        assert (await state.acquire_slot(name, LIMITS, slot, retry=False, now=T0)).admitted
+        await state.release(name, LIMITS, slot, Result.DEADLINE, took=5.0, now=T0)
+    snap = await state.snapshot(name, LIMITS, now=T0)
+    assert (snap.mode, snap.reason) == ("open", "failure")
+
+
+async def _learn_latency(state, name, limits, seconds, *, now=T0, count=5):
+    """`count` calls of `seconds` each, the last ending at `now`."""
+    for i in range(count):
+        slot = f"learn{i}-{uuid.uuid4().hex[:6]}"
+        sent = now - seconds
+        assert (await state.acquire_slot(name, limits, slot, retry=False, now=sent)).admitted
+        await state.release(name, limits, slot, Result.SUCCESS, took=seconds, now=now)
+
+
+async def test_a_call_whose_deadline_cannot_cover_the_latency_is_not_sent(state, name):
+    await _learn_latency(state, name, LIMITS, 1.0)
+    short = await state.acquire_slot(name, LIMITS, "short", retry=False, deadline=T0 + 0.5, now=T0)
+    assert (short.admitted, short.refusal) == (False, Refusal.DEADLINE)
+    assert short.retry_in >= 1
+    ok = await state.acquire_slot(name, LIMITS, "ok", retry=False, deadline=T0 + 1.5, now=T0)
+    assert ok.admitted
+
+
+async def test_before_any_answer_every_deadline_is_enough(state, name):
+    soon = await state.acquire_slot(name, LIMITS, "s", retry=False, deadline=T0 + 0.01, now=T0)
+    assert soon.admitted
+
+
+async def test_a_waiter_that_could_no_longer_finish_is_passed_over(state, name):
+    """Calls of 1 s; a slot frees after 1.2 s: the waiter whose deadline leaves 1.3 s then
+    is skipped (it needs the latency and some of its spread), the next one (2.8 s) gets it."""
+    limits = Limits(max_concurrency=1, threshold=0)
+    await _learn_latency(state, name, limits, 1.0)
+    assert (await state.acquire_slot(name, limits, "held", retry=False, now=T0)).admitted
+    args = {"retry": False, "claim": BATCH_CLAIM, "now": T0}
+    first = await state.acquire_slot(
+        name, limits, "tight", wait_until=T0 + 5, deadline=T0 + 2.5, **args
+    )
+    second = await state.acquire_slot(
+        name, limits, "roomy", wait_until=T0 + 5, deadline=T0 + 4.0, **args
+    )
+    assert first.queued and second.queued
+    assert T0 + 1 < first.until < T0 + 1.2  # the deadline less the latency and its spread
+    await state.release(name, limits, "held", Result.SUCCESS, took=1.2, now=T0 + 1.2)
+    assert await state.wait(name, "roomy", 1.0)
+    departure = await state.leave(name, limits, "tight", now=T0 + 1.2)
+    assert not departure.granted
+    await state.release(name, limits, "roomy", Result.SUCCESS, took=1.0, now=T0 + 2.2)
+
+
+async def test_a_call_the_queue_cannot_reach_in_time_is_refused_on_arrival(state, name):
+    """Two slots, calls of 1 s, ten waiting: the queue needs about 5.5 s to reach an
+    eleventh; one that may wait 3 s is told at once, with a Retry-After for the rest."""
+    limits = Limits(max_concurrency=2, threshold=0)
+    await _learn_latency(state, name, limits, 1.0)
+    for i in range(2):
+        assert (await state.acquire_slot(name, limits, f"h{i}", retry=False, now=T0)).admitted
+    args = {"retry": False, "claim": BATCH_CLAIM, "now": T0}
+    for i in range(10):
+        queued = await state.acquire_slot(
+            name, limits, f"w{i}", wait_until=T0 + 60, deadline=T0 + 60, **args
+        )
+        assert queued.queued
+    hurried = await state.acquire_slot(
+        name, limits, "hurried", wait_until=T0 + 3, deadline=T0 + 3, **args
+    )
+    assert (hurried.queued, hurried.refusal) == (False, Refusal.DEADLINE)
+    assert hurried.retry_in >= 2
+    patient = await state.acquire_slot(
+        name, limits, "patient", wait_until=T0 + 60, deadline=T0 + 60, **args
+    )
+    assert patient.queued
 
 
 async def test_misconfigured_deployment_opens_at_once(state, name):

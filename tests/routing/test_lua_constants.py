@@ -11,7 +11,7 @@ import routing.deployment_state as package
 from core.lua import lua_header
 from routing.deployment_state import rules
 from routing.deployment_state.redis import SCRIPTS
-from routing.slot_policy import DEFAULT_HOLD, RESERVE_EPSILON
+from routing.slot_policy import DEFAULT_HOLD, MIN_HOLD, RESERVE_EPSILON
 
 LUA_FILES = sorted(Path(package.__file__).parent.glob("*.lua"))
 # Numbers the Lua may spell itself: counts, indexes (7: a script's first own ARGV),
@@ -61,6 +61,13 @@ def test_the_table_holds_the_rules_own_values():
         "STATE_TTL": rules.STATE_TTL,
         "SILENCE": rules.WAITER_SILENCE,
         "RESERVE_EPSILON": RESERVE_EPSILON,
+        "MIN_HOLD": MIN_HOLD,
+        "LATENCY_WEIGHT": rules.LATENCY_WEIGHT,
+        "DEVIATION_WEIGHT": rules.DEVIATION_WEIGHT,
+        "NEED_DEVIATIONS": rules.NEED_DEVIATIONS,
+        "HANG_FACTOR": rules.HANG_FACTOR,
+        "FIRST_OPEN": rules.FIRST_OPEN,
+        "DOUBLINGS": rules.DOUBLINGS,
     }
 
 
