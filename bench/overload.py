@@ -33,7 +33,38 @@ git archive) and this checkout. Printed: interactive served and queue wait, batc
 per second against what the provider serves, refusals, the longest Retry-After, the
 provider's capacity errors, and whether a call 1 s after the burst is served (a 5-minute
 blackout is not). With `--configured 4 --member-concurrency 16 --member-rpm 600` it is
-the issue's second scenario: the member's own limits, spent by their batch.
+the member's own limits, spent by their batch.
+
+Open loop (bench/openloop.py: arrivals scheduled in advance, latency from the scheduled
+time), a provider that takes `capacity` calls of 300 ms ± 30 %, 20 % interactive / 80 %
+batch over five members, batch calls sent with `X-Sluice-Max-Wait: 20`, the default
+breaker (3 failures), `seconds` of arrivals a point. Each table puts this checkout beside
+first come, first served (SLUICE_PRIORITY_ADMISSION=0) and, with `--baseline REF`, the
+gateway from that git ref, in one run:
+
+    .venv/bin/python bench/overload.py --case sweep [--seconds 60] [--sizes 8,32]
+                                       [--factors 1,2,5,10] [--baseline main] [--workers 2]
+
+  offered load 1x … 10x the provider's capacity, the deployment sized right (8) and 4x too
+  large (32): interactive and batch served, goodput (calls served a second while calls
+  arrive, against the provider's capacity), 502s, attempts cut by a deadline, Retry-After
+  of refused batch calls, and the share of those served when they came back then.
+
+    .venv/bin/python bench/overload.py --case drop [--seconds 90]
+
+  1.5x load; the provider's capacity halves from 30 s to 60 s: interactive and batch served
+  before, during and after the drop, and how soon batch is served again after it.
+
+    .venv/bin/python bench/overload.py --case storm
+
+  the primary of a two-deployment chain fails every call from 5 s to 65 s: calls served,
+  attempts on the failing primary per call, and how long after its return the primary
+  serves again.
+
+    .venv/bin/python bench/overload.py --case fairness
+
+  all interactive, five members, 2x capacity in all, one member sending 10x the others:
+  the quiet members' p50/p99 with the loud one present and absent.
 """
 
 import argparse
@@ -51,7 +82,8 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import stack
+import openloop
+from harness import Stack, stack
 
 CONFIG = """
 [[upstreams]]
@@ -414,6 +446,362 @@ def smaller_case(args: argparse.Namespace) -> None:
         row("a call 1 s after the burst", [str(r.after) for r in runs])
 
 
+OPEN_CONFIG = """
+[[upstreams]]
+name = "sim"
+base_url = "{simulator}/v1"
+[[deployments]]
+name = "primary"
+upstream = "sim"
+model = "m"
+max_concurrency = {size}
+[[deployments]]
+name = "fallback"
+upstream = "sim"
+model = "f"
+max_concurrency = {size}
+[[routes]]
+name = "m"
+chain = ["primary"]
+[[routes]]
+name = "storm"
+chain = ["primary", "fallback"]
+[[teams]]
+slug = "bench"
+[[applications]]
+slug = "bench"
+team = "bench"
+routes = ["m", "storm"]
+"""
+OPEN_MEMBERS = {f"member-{i}": 1.0 for i in range(1, 6)}
+OPEN_CALL_MS, OPEN_SPREAD, BATCH_MAX_WAIT = 300, 0.3, "20"
+
+
+def _batch_wait(a: openloop.Arrival) -> dict[str, str]:
+    return {"X-Sluice-Max-Wait": BATCH_MAX_WAIT} if a.priority == "batch" else {}
+
+
+@dataclass
+class Gateways:
+    """The gateways a table compares: this checkout, first come first served, a baseline."""
+
+    s: Stack
+    workers: int
+    baseline: str | None
+
+    def modes(self) -> list[tuple[str, dict[str, str], Path | None]]:
+        modes: list[tuple[str, dict[str, str], Path | None]] = [
+            ("sluice", {}, None),
+            ("fcfs", {"SLUICE_PRIORITY_ADMISSION": "0"}, None),
+        ]
+        if self.baseline:
+            modes.append((f"before ({self.baseline})", {}, self.s.checkout(self.baseline)))
+        return modes
+
+    def start(self, env: dict[str, str], source: Path | None) -> str:
+        env = env | {"SLUICE_REDIS_PREFIX": uuid.uuid4().hex}
+        extra = {"source": source} if source is not None else {}
+        return self.s.gateway(workers=self.workers, env=env, **extra)[0]
+
+
+def _open_stack(s: Stack, capacity: int, size: int, *, seed: int) -> tuple[str, dict[str, str]]:
+    simulator = s.simulator(
+        "--model", f"m:{capacity}", "--model", f"f:{capacity}",
+        "--latency-ms", str(OPEN_CALL_MS), "--latency-spread", str(OPEN_SPREAD),
+        "--seed", str(seed),
+    )  # fmt: skip
+    config = OPEN_CONFIG.format(simulator=simulator, size=size)
+    config += "".join(
+        f'[[members]]\nemail = "{m}@example.com"\nteam = "bench"\n' for m in OPEN_MEMBERS
+    )
+    s.configure(config, member="member-1@example.com", application="bench")
+    keys = {m: s.issue_key(f"{m}@example.com", "bench") for m in OPEN_MEMBERS}
+    return simulator, keys
+
+
+def _sim_stats(simulator: str, model: str = "m") -> dict:
+    import httpx
+
+    return httpx.get(f"{simulator}/stats").json()["models"][model]
+
+
+def _table(title: str, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:
+    print(f"\n{title}")
+    width = max(18, *(len(c) + 2 for c in columns))
+    print(f"  {'':34}" + "".join(f"{c:>{width}}" for c in columns))
+    for label, values in rows:
+        print(f"  {label:34}" + "".join(f"{v:>{width}}" for v in values))
+
+
+def _share(results: list[openloop.Result], priority: str) -> str:
+    mine = [r for r in results if r.arrival.priority == priority]
+    if not mine:
+        return "-"
+    return f"{sum(r.served for r in mine) / len(mine) * 100:.1f} %"
+
+
+def _goodput(results: list[openloop.Result], capacity_rps: float, seconds: float) -> float:
+    """Served a second from one call length after the start until the arrivals end."""
+    start = OPEN_CALL_MS / 1000
+    served = sum(1 for r in results if r.served and start <= r.ended <= seconds)
+    return served / (seconds - start) / capacity_rps
+
+
+def _open_rows(
+    runs: list[tuple[list[openloop.Result], dict]], capacity_rps: float, seconds: float
+) -> list[tuple[str, list[str]]]:
+    def count(results: list[openloop.Result], status: int) -> str:
+        return str(sum(r.status == status for r in results))
+
+    def retry_afters(results: list[openloop.Result]) -> str:
+        values = [r.retry_after for r in results if r.arrival.priority == "batch" and r.retry_after]
+        if not values:
+            return "-"
+        return f"{openloop.pct(values, 50):.0f} / {max(values):.0f}"
+
+    def came_back(results: list[openloop.Result]) -> str:
+        back = [r for r in results if r.retried is not None]
+        return f"{sum(r.retried == 200 for r in back)} of {len(back)}" if back else "-"
+
+    def p99(results: list[openloop.Result]) -> str:
+        served = [
+            r.latency * 1000 for r in results if r.served and r.arrival.priority == "interactive"
+        ]
+        return f"{openloop.pct(served, 99):.0f}"
+
+    return [
+        ("interactive served", [_share(r, "interactive") for r, _ in runs]),
+        ("  p99 from scheduled time (ms)", [p99(r) for r, _ in runs]),
+        ("batch served", [_share(r, "batch") for r, _ in runs]),
+        (
+            "goodput (served / capacity)",
+            [f"{_goodput(r, capacity_rps, seconds) * 100:.0f} %" for r, _ in runs],
+        ),
+        ("answered 502", [count(r, 502) for r, _ in runs]),
+        ("answered 503", [count(r, 503) for r, _ in runs]),
+        ("answered 504", [count(r, 504) for r, _ in runs]),
+        ("batch Retry-After p50 / max (s)", [retry_afters(r) for r, _ in runs]),
+        ("  came back then: served", [came_back(r) for r, _ in runs]),
+        ("provider: cancelled mid-call", [str(st["cancelled"]) for _, st in runs]),
+        ("provider: at-capacity 503s", [str(st["capacity_errors"]) for _, st in runs]),
+    ]
+
+
+def _run_open(
+    url: str,
+    simulator: str,
+    keys: dict[str, str],
+    arrivals: list[openloop.Arrival],
+    *,
+    model: str = "m",
+    retry_batch: bool = False,
+    events: tuple = (),
+) -> tuple[list[openloop.Result], dict]:
+    before = _sim_stats(simulator)
+    results = asyncio.run(
+        openloop.fire(
+            f"{url}/v1/chat/completions",
+            keys,
+            arrivals,
+            model=model,
+            headers_for=_batch_wait,
+            retry_batch=retry_batch,
+            events=events,
+        )
+    )
+    after = _sim_stats(simulator)
+    return results, {k: after[k] - before[k] for k in ("cancelled", "capacity_errors", "served")}
+
+
+def sweep_case(args: argparse.Namespace) -> None:
+    capacity_rps = args.capacity / (OPEN_CALL_MS / 1000)
+    sizes = [int(v) for v in args.sizes.split(",")]
+    factors = [float(v) for v in args.factors.split(",")]
+    with stack() as s:
+        gateways = Gateways(s, args.workers, args.baseline)
+        modes = gateways.modes()
+        for size in sizes:
+            simulator, keys = _open_stack(s, args.capacity, size, seed=args.seed)
+            for factor in factors:
+                load = openloop.Load(
+                    factor * capacity_rps, args.seconds, OPEN_MEMBERS, seed=args.seed
+                )
+                runs = []
+                for _, env, source in modes:
+                    url = gateways.start(env, source)
+                    runs.append(_run_open(url, simulator, keys, load.arrivals, retry_batch=True))
+                    s.stop_last()
+                    time.sleep(OPEN_CALL_MS / 1000 * 2)  # the provider's slots come free
+                _table(
+                    f"{factor:g}x capacity ({len(load.arrivals)} calls in {args.seconds:.0f} s), "
+                    f"deployment max_concurrency {size}, provider {args.capacity} x "
+                    f"{OPEN_CALL_MS} ms ± {OPEN_SPREAD:.0%} ({capacity_rps:.1f} calls/s), "
+                    f"{args.workers} worker(s)",
+                    [m for m, _, _ in modes],
+                    _open_rows(runs, capacity_rps, args.seconds),
+                )
+            s.stop_last()  # the simulator
+
+
+def _phase(results: list[openloop.Result], priority: str, start: float, end: float) -> str:
+    mine = [r for r in results if r.arrival.priority == priority and start <= r.arrival.at < end]
+    if not mine:
+        return "-"
+    return f"{sum(r.served for r in mine) / len(mine) * 100:.1f} %"
+
+
+def drop_case(args: argparse.Namespace) -> None:
+    seconds = args.seconds if args.seconds != 10 else 90.0
+    drop, back = seconds / 3, 2 * seconds / 3
+    capacity_rps = args.capacity / (OPEN_CALL_MS / 1000)
+    with stack() as s:
+        gateways = Gateways(s, args.workers, args.baseline)
+        simulator, keys = _open_stack(s, args.capacity, args.capacity, seed=args.seed)
+        load = openloop.Load(1.5 * capacity_rps, seconds, OPEN_MEMBERS, seed=args.seed)
+
+        async def set_capacity(capacity: int) -> None:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(f"{simulator}/admin/models/m", json={"capacity": capacity}) as r,
+            ):
+                r.raise_for_status()
+
+        events = (
+            (drop, lambda: set_capacity(args.capacity // 2)),
+            (back, lambda: set_capacity(args.capacity)),
+        )
+        modes = gateways.modes()
+        runs = []
+        for _, env, source in modes:
+            url = gateways.start(env, source)
+            runs.append(_run_open(url, simulator, keys, load.arrivals, events=events)[0])
+            s.stop_last()
+            time.sleep(1.0)
+
+        def batch_again(results: list[openloop.Result]) -> str:
+            served = sorted(r.ended for r in results if r.served and r.arrival.priority == "batch")
+            after = [t for t in served if t >= back]
+            return f"{after[0] - back:.1f} s" if after else "never"
+
+        phases = (("before", 0, drop), ("during", drop, back), ("after", back, seconds))
+        rows = []
+        for priority in ("interactive", "batch"):
+            for label, start, end in phases:
+                rows.append(
+                    (f"{priority} served, {label}", [_phase(r, priority, start, end) for r in runs])
+                )
+        rows.append(("batch served again after the drop", [batch_again(r) for r in runs]))
+        rows.append(("answered 502", [str(sum(x.status == 502 for x in r)) for r in runs]))
+        _table(
+            f"Capacity drop: 1.5x load ({len(load.arrivals)} calls in {seconds:.0f} s), the "
+            f"provider takes {args.capacity} then {args.capacity // 2} calls from {drop:.0f} s "
+            f"to {back:.0f} s; {args.workers} worker(s)",
+            [m for m, _, _ in modes],
+            rows,
+        )
+
+
+def storm_case(args: argparse.Namespace) -> None:
+    seconds, fail_from, fail_until = 90.0, 5.0, 65.0
+    capacity_rps = args.capacity / (OPEN_CALL_MS / 1000)
+    with stack() as s:
+        gateways = Gateways(s, args.workers, args.baseline)
+        simulator, keys = _open_stack(s, args.capacity, args.capacity, seed=args.seed)
+        load = openloop.Load(0.5 * capacity_rps, seconds, OPEN_MEMBERS, seed=args.seed)
+
+        async def faults(faults: dict) -> None:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(f"{simulator}/admin/models/m", json={"faults": faults}) as r,
+            ):
+                r.raise_for_status()
+
+        events = (
+            (fail_from, lambda: faults({"server_error": 1.0})),
+            (fail_until, lambda: faults({})),
+        )
+        modes = gateways.modes()
+        runs = []
+        for _, env, source in modes:
+            url = gateways.start(env, source)
+            before = _sim_stats(simulator)["requests"]
+            results = asyncio.run(
+                openloop.fire(
+                    f"{url}/v1/chat/completions", keys, load.arrivals, model="storm",
+                    headers_for=_batch_wait, events=events,
+                )
+            )  # fmt: skip
+            runs.append((results, _sim_stats(simulator)["requests"] - before))
+            s.stop_last()
+            time.sleep(1.0)
+        _table(
+            f"Storm: chain primary -> fallback at 0.5x load ({len(load.arrivals)} calls in "
+            f"{seconds:.0f} s); the primary fails every call from {fail_from:.0f} s to "
+            f"{fail_until:.0f} s; {args.workers} worker(s)",
+            [m for m, _, _ in modes],
+            [
+                ("calls served", [_share_all(r) for r, _ in runs]),
+                (
+                    "primary attempts per call",
+                    [f"{n / max(1, len(r)):.2f}" for r, n in runs],
+                ),
+                (
+                    "primary serves again after",
+                    [_primary_back(url_results, fail_until) for url_results, _ in runs],
+                ),
+            ],
+        )
+
+
+def _share_all(results: list[openloop.Result]) -> str:
+    return f"{sum(r.served for r in results) / max(1, len(results)) * 100:.1f} %"
+
+
+def _primary_back(results: list[openloop.Result], recovered: float) -> str:
+    """Seconds from the primary's return to the first call it served again."""
+    again = [r.ended for r in results if r.served_by == "primary" and r.arrival.at >= recovered]
+    return f"{min(again) - recovered:.1f} s" if again else "never"
+
+
+def fairness_case(args: argparse.Namespace) -> None:
+    capacity_rps = args.capacity / (OPEN_CALL_MS / 1000)
+    loud = {"member-1": 10.0} | {m: 1.0 for m in list(OPEN_MEMBERS)[1:]}
+    quiet = [m for m in OPEN_MEMBERS if m != "member-1"]
+    with stack() as s:
+        gateways = Gateways(s, args.workers, args.baseline)
+        simulator, keys = _open_stack(s, args.capacity, args.capacity, seed=args.seed)
+        load = openloop.Load(2 * capacity_rps, args.seconds, loud, 1.0, seed=args.seed)
+        alone = [a for a in load.arrivals if a.member in quiet]
+        modes = gateways.modes()
+        columns, rows = [], {}
+        for mode, env, source in modes:
+            for label, arrivals in (("loud present", load.arrivals), ("loud absent", alone)):
+                url = gateways.start(env, source)
+                results = _run_open(url, simulator, keys, arrivals)[0]
+                s.stop_last()
+                time.sleep(1.0)
+                columns.append(f"{mode}, {label}")
+                mine = [r for r in results if r.arrival.member in quiet]
+                served = [r.latency * 1000 for r in mine if r.served]
+                rows.setdefault("quiet members served", []).append(_share(mine, "interactive"))
+                for p in (50, 99):
+                    rows.setdefault(f"  quiet p{p} from scheduled (ms)", []).append(
+                        f"{openloop.pct(served, p):.0f}"
+                    )
+                waits = [r.queue_ms for r in mine if r.served]
+                rows.setdefault("  quiet queue wait p99 (ms)", []).append(
+                    f"{openloop.pct(waits, 99):.0f}"
+                )
+                louds = [r for r in results if r.arrival.member == "member-1"]
+                rows.setdefault("loud member served", []).append(_share(louds, "interactive"))
+        _table(
+            f"Fairness: all interactive at 2x capacity ({len(load.arrivals)} calls in "
+            f"{args.seconds:.0f} s), member-1 sends 10x each of the four others",
+            columns,
+            list(rows.items()),
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--capacity", type=int, default=8)
@@ -423,8 +811,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-off", action="store_true", help="no run with admission off")
     parser.add_argument("--workers", type=int, default=1, help="more than 1 needs REDIS_URL")
-    parser.add_argument("--case", choices=["overload", "smaller"], default="overload")
-    parser.add_argument("--baseline", default="main", help="git ref of the 'before' gateway")
+    parser.add_argument(
+        "--case",
+        choices=["overload", "smaller", "sweep", "drop", "storm", "fairness"],
+        default="overload",
+    )
+    parser.add_argument("--sizes", default="8,32", help="sweep: deployment max_concurrency")
+    parser.add_argument("--factors", default="1,2,5,10", help="sweep: load / capacity")
+    parser.add_argument(
+        "--baseline", default=None, help="git ref of the 'before' gateway (smaller: main)"
+    )
     parser.add_argument("--configured", type=int, default=64)
     parser.add_argument("--real", type=int, default=4)
     parser.add_argument("--member-concurrency", type=int, default=0)
@@ -432,7 +828,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.case == "smaller":
         args.seconds = args.seconds if args.seconds != 10 else 11.0
+        args.baseline = args.baseline or "main"
         smaller_case(args)
+        return
+    open_cases = {"sweep": sweep_case, "drop": drop_case, "storm": storm_case}
+    if args.case in open_cases or args.case == "fairness":
+        if args.capacity == 8 and args.seconds == 10 and args.case != "drop":
+            args.seconds = 30.0
+        (open_cases | {"fairness": fairness_case})[args.case](args)
         return
     capacity_rps = args.capacity / (args.call_ms / 1000)
 

@@ -41,6 +41,7 @@ from core.errors import GatewayError, capacity_exhausted, json_object, openai_er
 from core.leases import LeaseKeeper
 from core.outcomes import Outcome
 from quotas.reservation import park
+from routing.attempt_result import attempt_result
 from routing.audit import AttemptLog, CallLog
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.classify import CAPACITY_LIKE, ErrorClass, classify_status, retry_after_seconds
@@ -120,19 +121,6 @@ def _cut(failure: Failure | Answer, deadline: asyncio.Timeout) -> Failure | Answ
     if isinstance(failure, Failure) and deadline.expired():
         failure.cut = True
     return failure
-
-
-def _result_for(error_class: ErrorClass | None) -> Result:
-    """What an answer tells the breaker and the adaptive limit about the deployment."""
-    if error_class is None:
-        return Result.SUCCESS
-    if error_class in CAPACITY_LIKE:
-        return Result.CAPACITY
-    if error_class is ErrorClass.AUTH_CONFIG:
-        return Result.MISCONFIGURED
-    if error_class in (ErrorClass.CONTEXT_LENGTH, ErrorClass.BAD_REQUEST):
-        return Result.NEUTRAL
-    return Result.FAILURE
 
 
 def usage_service(payload: dict | None) -> float | None:
@@ -340,9 +328,9 @@ class ChainWalk:
             outcome.release = release  # held until the stream ends
         elif isinstance(outcome, Failure):
             # Cut by the call's own deadline: the deployment's fault only if it hung.
-            result = Result.DEADLINE if outcome.cut else _result_for(outcome.error_class)
+            result = attempt_result(outcome.error_class, cut=outcome.cut)
             congested = await release(result, 0.0)
-            if not congested and result is not Result.NEUTRAL:
+            if not congested and result not in (Result.NEUTRAL, Result.DEADLINE):
                 self.counted.add(deployment.name)
             # Only "at capacity" queues again; an upstream rate limit keeps its own rules.
             outcome.congested = congested and outcome.error_class is ErrorClass.CAPACITY
