@@ -4,8 +4,8 @@ scheduled time, so a gateway that falls behind cannot hide it by slowing the cli
 (closed-loop clients, a new call only when one ends, do exactly that).
 
 `schedule` draws the arrivals; `fire` sends each once at its time and records what came
-back; with `retry_batch`, a refused batch call comes back once after its Retry-After, to
-show whether that time was true.
+back; with `retry_batch`, a refused batch call comes back once after its Retry-After (a 429
+or 503 that says to within a minute), to show whether that time was true.
 """
 
 import asyncio
@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
+
+RETRY_CAP = 60.0  # seconds: a refused batch call comes back once if told to within this
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,8 @@ async def fire(
             result = Result(a)
             await _call(session, url, body, headers, result)
             result.ended = time.monotonic() - start
-            if retry_batch and a.priority == "batch" and not result.served and result.retry_after:
+            told = result.status in (429, 503) and result.retry_after
+            if retry_batch and a.priority == "batch" and told and result.retry_after <= RETRY_CAP:
                 await asyncio.sleep(result.retry_after)
                 again = Result(a)
                 await _call(session, url, body, headers, again)
