@@ -541,9 +541,11 @@ def _share(results: list[openloop.Result], priority: str) -> str:
 
 
 def _goodput(results: list[openloop.Result], capacity_rps: float, seconds: float) -> float:
-    """Served a second from one call length after the start until the arrivals end."""
+    """Calls served a second (first tries and tries again after Retry-After), from one
+    call length after the start until the arrivals end, against the provider's capacity."""
     start = OPEN_CALL_MS / 1000
     served = sum(1 for r in results if r.served and start <= r.ended <= seconds)
+    served += sum(1 for r in results if r.retried == 200 and start <= r.retried_ended <= seconds)
     return served / (seconds - start) / capacity_rps
 
 

@@ -14,7 +14,7 @@
        cancels its upstream request and frees the slot, which goes to the interactive
        request; the line runs again later. The youngest has done the least work;
     6. deadlines decide admission: a slot goes only to a call whose deadline still covers
-       the deployment's recent latency (rules.need: mean + 2 deviations of the time to an
+       the deployment's recent latency (rules.need: mean + 3 deviations of the time to an
        answer's head); one that can no longer finish leaves the queue unserved (503 with
        Retry-After), and one whose deadline ends before the queue ahead of it would drain
        (`expected_wait`) is refused when it arrives instead of queueing in vain.

@@ -244,6 +244,21 @@ class LocalDeploymentState:
                 if slot in d.slots:
                     d.slots[slot] = now + limits.lease
 
+    def occupy(self, name: str, limits: Limits, slots: Sequence[str]) -> None:
+        """Count `slots` as taken here (the Redis backend's: slots Redis granted to this
+        worker and still in use), so that while Redis is away this state grants only
+        slots that are really free; each is freed by its `release` or `vacate`."""
+        d = self._get(name, limits)
+        expiry = time.time() + limits.lease
+        for slot in slots:
+            d.slots.setdefault(slot, expiry)
+
+    def vacate(self, name: str, limits: Limits, slot: str) -> None:
+        """Forget an occupied slot released elsewhere (in Redis, once it answered again)."""
+        d = self._get(name, limits)
+        if d.slots.pop(slot, None) is not None and slot not in d.held:
+            self._dispatch(d, limits, time.time())
+
     async def watch_preemption(self, name: str, slot: str) -> asyncio.Future[None]:
         return self.track_preemption(slot, asyncio.get_running_loop().create_future())
 

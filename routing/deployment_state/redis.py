@@ -83,6 +83,9 @@ class RedisDeploymentState:
         # from now (Redis, or this worker's fallback), moved when that changes.
         self._queued: dict[str, _Waiting] = {}
         self._local_slots: set[str] = set()  # granted by the fallback: released there
+        # Slots Redis granted to this worker, not yet released: when waiters move to the
+        # fallback, it counts them as taken (the streams holding them are still running).
+        self._held_here: dict[str, set[str]] = {}
 
     def _base(self, name: str) -> str:
         # The hash tag keeps a deployment's keys on one Redis Cluster slot.
@@ -156,6 +159,7 @@ class RedisDeploymentState:
             admitted, refusal, detail, *why = await self._run("acquire", name, limits, now, *args)
         except (RedisError, OSError):
             grant_listener(self).forget(slot)
+            self._fallback.occupy(name, limits, sorted(self._held_here.get(name, ())))
             admission = await self._fallback.acquire_slot(
                 name,
                 limits,
@@ -174,6 +178,7 @@ class RedisDeploymentState:
             return admission
         if admitted:
             grant_listener(self).forget(slot)
+            self._held(name, slot)
             return Admission(True)
         reason = refusal.decode()
         if reason == "queued":
@@ -206,11 +211,16 @@ class RedisDeploymentState:
                 self._queued.pop(slot, None)
                 if self._fallback_holds(name, waiting.limits, slot):
                     self._local_slots.add(slot)
+                else:
+                    self._held(name, slot)
                 return True
         return False
 
     def _fallback_holds(self, name: str, limits: Limits, slot: str) -> bool:
         return slot in self._fallback._get(name, limits).slots
+
+    def _held(self, name: str, slot: str) -> None:
+        self._held_here.setdefault(name, set()).add(slot)
 
     async def _move(self, slot: str, waiting: _Waiting) -> bool:
         """Queue the waiter again where grants come from now; whether it got a slot."""
@@ -220,6 +230,7 @@ class RedisDeploymentState:
             if waiting.lost and not self.policy.down:
                 log.warning("Redis lost queued call %s; queueing it again", slot)
                 return await self._requeue(slot, waiting)
+            self._fallback.occupy(name, limits, sorted(self._held_here.get(name, ())))
             admission = await self._fallback.acquire_slot(
                 name,
                 limits,
@@ -282,6 +293,7 @@ class RedisDeploymentState:
                 slot, await self._fallback.leave(name, limits, slot, now=now)
             )
         if granted:
+            self._held(name, slot)
             return Departure(granted=True)
         return Departure(False, queue_retry_after(int(ahead), int(allowed), float(hold)))
 
@@ -308,6 +320,7 @@ class RedisDeploymentState:
             return await self._fallback.release(
                 name, limits, slot, result, service=service, repeat=repeat, took=took, now=now
             )
+        self._held_here.get(name, set()).discard(slot)
         args = (slot, result.value, limits.threshold, limits.cooldown, limits.close_after)
         args += ("" if service is None else service, int(repeat), "" if took is None else took)
         try:
@@ -316,6 +329,7 @@ class RedisDeploymentState:
             return await self._fallback.release(
                 name, limits, slot, result, service=service, repeat=repeat, took=took, now=now
             )
+        self._fallback.vacate(name, limits, slot)
         return int(answer) == 2
 
     async def sweep(

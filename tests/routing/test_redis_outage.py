@@ -81,6 +81,26 @@ async def test_a_call_queued_when_redis_dies_is_served_when_the_slot_frees(priva
     assert (snapshot.in_flight, snapshot.waiting_batch) == (0, 0)
 
 
+async def test_a_call_queued_when_redis_dies_waits_for_a_slot_that_is_really_free(
+    private_redis,
+):
+    """The call holding the only slot is still running when Redis dies: the waiter, moved
+    to this worker's own state, must not get that slot (the provider would answer "at
+    capacity") until the call ends."""
+    state = RedisDeploymentState(private_redis.url, prefix=f"t-{uuid.uuid4().hex[:6]}")
+    name = "dep"
+    waiter = await _queued(state, name)
+    await asyncio.sleep(0.2)
+    private_redis.kill()
+    await asyncio.sleep(2.5)  # the waiter has moved to the fallback by now
+    assert not waiter.done()
+    assert (await state._fallback.snapshot(name, LIMITS)).in_flight == 1  # "a", still held
+    await state.release(name, LIMITS, "a", Result.SUCCESS)
+    assert await asyncio.wait_for(waiter, 3)
+    await state.release(name, LIMITS, "b", Result.SUCCESS)
+    assert (await state._fallback.snapshot(name, LIMITS)).in_flight == 0
+
+
 async def test_a_call_queued_when_redis_restarts_empty_is_queued_again(private_redis):
     state = RedisDeploymentState(private_redis.url, prefix=f"t-{uuid.uuid4().hex[:6]}")
     name = "dep"
