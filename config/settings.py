@@ -153,6 +153,9 @@ SLUICE_UNKNOWN_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_UNKNOWN_KEY_CACH
 SLUICE_BODY_SECONDS = float(os.environ.get("SLUICE_BODY_SECONDS", 30))
 # Audit rows are written in batches off the request path.
 SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
+# Where each worker spools the calls it has not written yet ("" : nowhere), so a worker
+# killed before its batch is written loses no row; a folder on this host's own disk.
+SLUICE_AUDIT_SPOOL_DIR = os.environ.get("SLUICE_AUDIT_SPOOL_DIR", str(STATE_DIR / "audit-spool"))
 # When Redis is unreachable, quotas are enforced by each worker on its own counters
 # ("open", the default: calls keep flowing, limits hold per worker) or every call that has
 # limits is refused with 503 ("closed").

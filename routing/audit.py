@@ -1,9 +1,11 @@
 """The audit trail: what the proxy learned about a call, written off the request path.
 
-The proxy fills a `CallLog` as it goes and hands it to `audit_writer.record()`, which only
-appends to a list. A background task writes the rows in batches (one transaction per
-batch) from its own thread, which keeps its connection, so a slow or briefly unavailable
-database never holds up a call; a batch that fails is kept and retried.
+The proxy fills a `CallLog` as it goes and hands it to `audit_writer.record()`, which
+appends it to a list and a line to this worker's spool file (routing/audit_spool.py: a
+worker killed before the batch is written loses nothing). A background task writes the
+rows in batches (one transaction per batch) from its own thread, which keeps its
+connection, so a slow or briefly unavailable database never holds up a call; a batch that
+fails is kept and retried.
 """
 
 import asyncio
@@ -14,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +28,7 @@ from core.outcomes import Outcome
 from quotas.models import ROLLUP_COUNTS, DailyUsageRollup, UsageRollup, latency_field
 from quotas.reservation import Ticket
 from quotas.rollups import daily_rows
+from routing.audit_spool import Spool, decode_call, encode_call, spool_folder
 from routing.metrics import metrics_record
 from routing.models import Attempt, CallRecord
 
@@ -368,12 +372,34 @@ class RefusalSampler:
         return True
 
 
+def _not_yet_written(calls: list[CallLog]) -> list[CallLog]:
+    """Calls from a dead worker's spool that the database does not hold yet (it may have
+    committed a batch and died before deleting its file)."""
+    ids = [c.request_id for c in calls]
+    present: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        present.update(
+            CallRecord.objects.filter(request_id__in=chunk).values_list("request_id", flat=True)
+        )
+    return [c for c in calls if c.request_id not in present]
+
+
 class AuditWriter:
     def __init__(self) -> None:
         self._pending: list[CallLog] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
         self._task: asyncio.Task[None] | None = None
         self.unauthenticated = RefusalSampler()
+        self._spool: Spool | None = None
+        self._sealed: list[Path] = []  # spool files whose calls are all pending
+        self._orphans: list[Path] = []  # claimed from dead workers, not yet taken in
+
+    def spool(self) -> Spool | None:
+        if self._spool is None and settings.SLUICE_AUDIT_SPOOL_DIR:
+            folder = Path(settings.SLUICE_AUDIT_SPOOL_DIR)
+            self._spool = Spool(spool_folder(folder, settings.DATABASES["default"]))
+        return self._spool
 
     def record(self, call: CallLog) -> None:
         if call.outcome == Outcome.UNAUTHORIZED and not self.unauthenticated.keep(call):
@@ -383,6 +409,9 @@ class AuditWriter:
             return
         metrics_record(call)
         self._pending.append(call)
+        spool = self.spool()
+        if spool is not None:
+            spool.append(encode_call(call))
         self._ensure_task()
 
     def _ensure_task(self) -> None:
@@ -392,6 +421,7 @@ class AuditWriter:
 
     async def _run(self) -> None:
         failures = 0
+        await self._take_in_orphans()
         while self._pending:
             await asyncio.sleep(settings.SLUICE_AUDIT_FLUSH_SECONDS)
             if not await self._flush_once():
@@ -401,18 +431,49 @@ class AuditWriter:
             else:
                 failures = 0
 
+    async def _take_in_orphans(self) -> None:
+        """The calls a dead worker of this host spooled and never wrote: pending here."""
+        spool = self.spool()
+        if spool is None:
+            return
+        self._orphans += spool.claim_orphans()
+        if not self._orphans:
+            return
+        calls = [
+            decode_call(line, CallLog, AttemptLog)
+            for path in self._orphans
+            for line in Spool.read(path)
+        ]
+        loop = asyncio.get_running_loop()
+        try:
+            missing = await loop.run_in_executor(self._executor, _not_yet_written, calls)
+        except Exception as exc:  # the database is away: try again with the next batch
+            log.warning("could not check %d spooled calls yet: %s", len(calls), exc)
+            return
+        if missing:
+            log.warning("writing %d calls a stopped worker had not written", len(missing))
+        self._pending[:0] = missing
+        self._sealed += self._orphans
+        self._orphans = []
+
     async def _flush_once(self) -> bool:
         batch, self._pending = self._pending, []
-        if not batch:
-            return True
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, _write, batch)
-        except Unwritten as unwritten:
-            log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
-            self._pending[:0] = unwritten.calls
-            return False
-        except Exception:  # a bug in the writer itself: never retry the same batch forever
-            log.exception("audit write failed; %d calls dropped", len(batch))
+        segments, self._sealed = self._sealed, []
+        spool = self.spool()
+        sealed = spool.seal() if spool is not None else None
+        if sealed is not None:
+            segments.append(sealed)
+        if batch:
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._executor, _write, batch)
+            except Unwritten as unwritten:
+                log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
+                self._pending[:0] = unwritten.calls
+                self._sealed[:0] = segments
+                return False
+            except Exception:  # a bug in the writer itself: never retry the same batch forever
+                log.exception("audit write failed; %d calls dropped", len(batch))
+        Spool.discard(segments)
         return True
 
     async def flush(self) -> None:

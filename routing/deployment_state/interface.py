@@ -39,7 +39,9 @@ class Limits:
     close_after: int = 3
     retry_ratio: float = 0.1
     retry_floor: int = 3
-    lease: float = 30.0
+    # Seconds a slot is held without its worker renewing it (every third of it): a worker
+    # that dies frees its slots within this long.
+    lease: float = 6.0
     reserve: float = 0.2  # share of the slots batch may not take: kept for interactive
 
 

@@ -1,0 +1,146 @@
+"""The audit trail's hand-off to disk, so a worker killed the next instant loses no row.
+
+Every call the writer records is appended, as one JSON line, to this worker's spool file
+before the call's answer ends (one `write` to a file opened for appending: the kernel keeps
+it when the process is killed, `kill -9` or out of memory; a power cut may lose the last
+lines, as it loses any unsynced write). When the writer takes a batch it seals the file
+(later calls go to a new one) and deletes it once the batch is committed. A worker that
+finds spool files of a worker no longer alive on this host claims them (an atomic rename)
+and writes the calls in them that the database does not hold yet: nothing twice, nothing
+lost. The folder is per database (a test database never receives a demo's rows).
+"""
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("sluice.audit")
+
+NOT_SPOOLED = {"quota", "started"}  # a reservation handle and a timer: not part of the row
+
+
+def spool_folder(base: Path, database: dict[str, Any]) -> Path:
+    """`base`/<one folder per database>: the database's engine, name, host and port."""
+    identity = "|".join(str(database.get(k, "")) for k in ("ENGINE", "NAME", "HOST", "PORT"))
+    return base / hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"$dt": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"$dec": str(value)}
+    raise TypeError(type(value).__name__)
+
+
+def _decode(value: dict[str, Any]) -> Any:
+    if "$dt" in value:
+        return datetime.fromisoformat(value["$dt"])
+    if "$dec" in value:
+        return Decimal(value["$dec"])
+    return value
+
+
+def encode_call(call: Any) -> bytes:
+    """One line: the call's fields (and its attempts') as JSON."""
+    fields = {
+        f.name: getattr(call, f.name) for f in dataclasses.fields(call) if f.name not in NOT_SPOOLED
+    }
+    fields["attempts"] = [dataclasses.asdict(a) for a in call.attempts]
+    return json.dumps(fields, default=_encode, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_call(line: bytes, call_type: type, attempt_type: type) -> Any:
+    fields = json.loads(line, object_hook=_decode)
+    known = {f.name for f in dataclasses.fields(call_type)}
+    attempts = [attempt_type(**a) for a in fields.pop("attempts", [])]
+    return call_type(**{k: v for k, v in fields.items() if k in known}, attempts=attempts)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Spool:
+    """This worker's spool files in `folder`: `spool-<pid>-<n>.jsonl`, one per batch."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._fd: int | None = None
+        self._path: Path | None = None
+        self._pid = 0
+
+    def append(self, line: bytes) -> None:
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._open()
+            assert self._fd is not None
+            os.write(self._fd, line)
+        except OSError as exc:  # a full or read-only disk costs the safety net, not the call
+            log.error("audit spool write failed (%s); the row is kept in memory only", exc)
+
+    def _open(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._pid = os.getpid()
+        self._path = self.folder / f"spool-{self._pid}-{uuid.uuid4().hex[:12]}.jsonl"
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def seal(self) -> Path | None:
+        """Close the current file (its calls are about to be written); the next call opens
+        a new one. None when nothing was appended since the last seal."""
+        path, fd = self._path, self._fd
+        self._path = self._fd = None
+        if fd is not None:
+            os.close(fd)
+        return path
+
+    @staticmethod
+    def discard(paths: list[Path]) -> None:
+        """The calls in these files are in the database."""
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def claim_orphans(self) -> list[Path]:
+        """Spool files of workers of this host that are no longer alive, renamed to this
+        worker's (only one claimer wins a rename)."""
+        if not self.folder.is_dir():
+            return []
+        claimed = []
+        for path in self.folder.glob("*.jsonl"):
+            try:
+                pid = int(path.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if pid == os.getpid() or _alive(pid):
+                continue
+            target = self.folder / f"spool-{os.getpid()}-{uuid.uuid4().hex[:12]}.jsonl"
+            try:
+                path.rename(target)
+            except FileNotFoundError:
+                continue  # another worker claimed it first
+            claimed.append(target)
+        return claimed
+
+    @staticmethod
+    def read(path: Path) -> list[bytes]:
+        """The complete lines of a file (a line cut short by the kill is left out)."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        return [line for line in data.split(b"\n")[:-1] if line]
