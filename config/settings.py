@@ -139,6 +139,15 @@ LOGOUT_REDIRECT_URL = "/login/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 # --- Sluice ---------------------------------------------------------------------------
+# Environment variables an upstream's `api_key_env` may name: names, or prefixes ending
+# in "*". DATABASE_URL, REDIS_URL, SLUICE_SECRET_KEY and SLUICE_METRICS_TOKEN never are.
+SLUICE_UPSTREAM_KEY_ENV = [
+    name.strip()
+    for name in os.environ.get(
+        "SLUICE_UPSTREAM_KEY_ENV", "SLUICE_UPSTREAM_*,OPENAI_API_KEY,ANTHROPIC_API_KEY"
+    ).split(",")
+    if name.strip()
+]
 SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 1024))
 # How long a worker trusts what it cached about a key or the route catalog. Revoking a key
 # or editing a route takes effect on every worker within this many seconds.
