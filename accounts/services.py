@@ -109,7 +109,9 @@ def snapshot_of(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> Member:
+def member_ensure(
+    *, email: str, team: Team, role: str = Member.Role.MEMBER, actor: Actor = SYSTEM
+) -> Member:
     """The member with this email, created (with an unusable password) if missing."""
     User = get_user_model()
     user, created = User.objects.get_or_create(username=email, defaults={"email": email})
@@ -120,10 +122,61 @@ def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> 
         user.email = email
         user.save(update_fields=["email"])
     member, created = Member.objects.get_or_create(user=user, defaults={"team": team, "role": role})
-    if not created and (member.team_id != team.id or member.role != role):
-        member.team, member.role = team, role
-        member.save(update_fields=["team", "role"])
+    if not created and member.team_id != team.id:
+        member_team_move(actor=actor, member=member, team=team)
+    if not created and member.role != role:
+        member.role = role
+        member.save(update_fields=["role"])
     return member
+
+
+@transaction.atomic
+def member_team_move(*, actor: Actor, member: Member, team: Team) -> Member:
+    """Move a member to another team. Their keys belong to the old team's applications,
+    which the old team's admin no longer sees them hold: every such key is revoked (their
+    batches stop with it), and the member makes new keys in the new team."""
+    if member.team_id == team.pk:
+        return member
+    policy.staff_check(actor=actor, what="move a member to another team")
+    before = _member_snapshot(member)
+    old_team_id = member.team_id
+    member.team = team
+    member.save(update_fields=["team"])
+    member_keys_outside_team_revoke(actor=actor, member=member)
+    admin_action_record(
+        actor=actor,
+        action="member.move",
+        obj=member,
+        team_id=old_team_id,
+        before=before,
+        after=_member_snapshot(member),
+    )
+    return member
+
+
+def member_keys_outside_team_revoke(*, actor: Actor, member: Member) -> int:
+    """Revoke the member's live keys on applications outside their (new) team; how many.
+    Each is in the admin actions log of the team whose application it was."""
+    now = timezone.now()
+    revoked = 0
+    live = ApiKey.objects.filter(member=member, revoked_at=None).exclude(
+        application__team_id=member.team_id
+    )
+    for key in live.select_related("application"):
+        before = snapshot_of(key, _KEY_FIELDS)
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        admin_action_record(
+            actor=actor,
+            action="key.revoke",
+            obj=key,
+            object_type="key",
+            team_id=key.application.team_id,
+            before=before,
+            after=snapshot_of(key, _KEY_FIELDS) | {"reason": "member moved to another team"},
+        )
+        revoked += 1
+    return revoked
 
 
 _KEY_FIELDS = ("name", "member", "application", "expires_at", "revoked_at")

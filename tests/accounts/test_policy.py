@@ -57,3 +57,50 @@ def test_only_staff_create_teams(home: Team) -> None:
     with pytest.raises(NotAllowed):
         team_create(actor=_actor_for(tina), slug="mine", name="Mine")
     assert team_create(actor=Actor.command("x"), slug="mine", name="Mine").slug == "mine"
+
+
+def test_a_member_moved_to_another_team_loses_the_old_teams_keys(home: Team) -> None:
+    """Config apply (member_ensure) moves members: the old team's admin can no longer see
+    them, so the keys they held on its applications must not keep working."""
+    from accounts.models import AdminAction, Application
+    from accounts.services import key_issue
+
+    rival = Team.objects.create(slug="rival", name="Rival")
+    Application.objects.create(team=home, slug="home-app", name="Home app")
+    Application.objects.create(team=rival, slug="rival-app", name="Rival app")
+    member_ensure(email="dev@home.test", team=home)
+    key, _ = key_issue(member_email="dev@home.test", application_slug="home-app")
+    config_apply(
+        text="[[members]]\nemail = 'dev@home.test'\nteam = 'rival'\n",
+        actor=Actor.command("apply_config"),
+    )
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert AdminAction.objects.filter(
+        action="key.revoke", team_id=home.pk, after__reason="member moved to another team"
+    ).exists()
+    fresh, _ = key_issue(member_email="dev@home.test", application_slug="rival-app")
+    assert fresh.revoked_at is None
+
+
+def test_the_django_admin_moving_a_member_revokes_their_old_keys(home: Team) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from accounts.models import Application
+    from accounts.services import key_issue
+
+    rival = Team.objects.create(slug="rival", name="Rival")
+    Application.objects.create(team=home, slug="home-app", name="Home app")
+    member = member_ensure(email="dev@home.test", team=home)
+    key, _ = key_issue(member_email="dev@home.test", application_slug="home-app")
+    root = get_user_model().objects.create_superuser("root", "root@x.test", "pw-long-enough-1")
+    client = Client()
+    client.force_login(root)
+    response = client.post(
+        f"/admin/accounts/member/{member.pk}/change/",
+        {"user": member.user_id, "team": rival.pk, "role": "member"},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    key.refresh_from_db()
+    assert key.revoked_at is not None
