@@ -214,6 +214,15 @@ SLUICE_CAPACITY_ALERT_EVERY_SECONDS = float(
 # The Batch API (batches/): uploads may be larger than a proxied request; files are kept in
 # Django's storage "batches" (a local folder unless STORAGES says otherwise).
 SLUICE_BATCH_MAX_FILE_BYTES = int(os.environ.get("SLUICE_BATCH_MAX_FILE_BYTES", 200 * 1024 * 1024))
+# Per application: the bytes its batch files (uploads and outputs) may take in storage, and
+# how many uploaded files it may keep; an upload past either is refused (400).
+SLUICE_BATCH_APP_MAX_BYTES = int(os.environ.get("SLUICE_BATCH_APP_MAX_BYTES", 1024**3))
+SLUICE_BATCH_APP_MAX_FILES = int(os.environ.get("SLUICE_BATCH_APP_MAX_FILES", 100))
+# A file's life when the upload names no `expires_after` (OpenAI's default for batch files,
+# 30 days); output and error files live as long. 0: kept until deleted.
+SLUICE_BATCH_FILE_EXPIRY_SECONDS = int(
+    os.environ.get("SLUICE_BATCH_FILE_EXPIRY_SECONDS", 30 * 24 * 3600)
+)
 SLUICE_BATCH_MAX_LINES = int(os.environ.get("SLUICE_BATCH_MAX_LINES", 50_000))
 SLUICE_BATCH_FILES_DIR = os.environ.get("SLUICE_BATCH_FILES_DIR", str(STATE_DIR / "batch-files"))
 # A runner holds a claimed line this long, renewing it while the call runs; a runner that
