@@ -12,6 +12,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -354,6 +356,11 @@ def member_create(
     User = get_user_model()
     if User.objects.filter(username=email).exists() or User.objects.filter(email=email).exists():
         raise AccountError(f"a user with email {email} already exists")
+    if password:
+        try:
+            validate_password(password, user=User(username=email, email=email))
+        except ValidationError as exc:
+            raise AccountError(" ".join(exc.messages)) from None
     with transaction.atomic():
         user = User.objects.create_user(username=email, email=email, password=password or None)
         member = Member.objects.create(user=user, team=team, role=role)

@@ -121,9 +121,17 @@ CACHES["api"] = (
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
 )
 
+# Django's standard validators, on every way a password is set (console and API member
+# creation through accounts.services.member_create, password change, the admin).
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login attempts (console and admin; accounts/login_guard.py), django-ratelimit's rates.
+SLUICE_LOGIN_RATE_ADDRESS = os.environ.get("SLUICE_LOGIN_RATE_ADDRESS", "20/m")
+SLUICE_LOGIN_RATE_ACCOUNT = os.environ.get("SLUICE_LOGIN_RATE_ACCOUNT", "5/m")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -234,6 +234,9 @@ def _gateway(
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_MAX_BODY_BYTES": str(max_body),
         "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
+        # The browser tests log in often from one address (throttling: tests/accounts).
+        "SLUICE_LOGIN_RATE_ADDRESS": "1000/m",
+        "SLUICE_LOGIN_RATE_ACCOUNT": "1000/m",
         # Breakers opened by an earlier run must not be seen by this one.
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
         **(extra_env or {}),
