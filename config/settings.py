@@ -156,6 +156,11 @@ SLUICE_UPSTREAM_KEY_ENV = [
     ).split(",")
     if name.strip()
 ]
+# Bodies outside /v1/ (console, management API, admin): refused past this while they arrive
+# (config/bounded_handler.py); they share SLUICE_BODY_SECONDS with the proxy.
+SLUICE_CONSOLE_MAX_BODY_BYTES = int(
+    os.environ.get("SLUICE_CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024)
+)
 SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 1024))
 # How long a worker trusts what it cached about a key or the route catalog. Revoking a key
 # or editing a route takes effect on every worker within this many seconds.

@@ -217,6 +217,7 @@ def e2e_config(
 class GatewayHandle:
     url: str  # base URL without /v1
     max_body_bytes: int
+    pid: int = 0  # uvicorn's process (one worker: the process that serves)
 
 
 def _gateway(
@@ -261,7 +262,7 @@ def _gateway(
         env=env,
         stderr=stderr,
     )
-    yield GatewayHandle(f"http://127.0.0.1:{port}", max_body)
+    yield GatewayHandle(f"http://127.0.0.1:{port}", max_body, proc.pid)
     _stop(proc)
 
 
