@@ -26,6 +26,7 @@ from tests.console.test_permissions import (
     _landed_alice_inactive,
     _landed_app_in_rival,
     _landed_app_renamed,
+    _landed_app_windows,
     _landed_deployment,
     _landed_dora_active,
     _landed_key_revoked,
@@ -47,7 +48,7 @@ SURFACES = ("console", "api_token", "api_session")
 class Write:
     name: str
     console: tuple[str, dict[str, Any]]  # POST path, form data
-    api: tuple[str, str, dict[str, Any] | None]  # method, path, JSON body
+    api: tuple[str, str, dict[str, Any] | str | None]  # method, path, JSON (or TOML) body
     lands_for: frozenset[str]
     landed: Callable[[People], bool]
 
@@ -84,10 +85,39 @@ def _landed_tina_inactive(people: People) -> bool:
     return not user.is_active
 
 
+def _landed_config(people: People) -> bool:
+    from accounts.models import Team
+
+    return Team.objects.filter(slug="from-config").exists()
+
+
+def _landed_home_app_limit(people: People) -> bool:
+    from quotas.models import Limit
+
+    limit = Limit.objects.filter(application=people.home_app).first()
+    return limit is not None and limit.requests_per_minute == 11
+
+
+def _landed_alice_key_limit(people: People) -> bool:
+    from quotas.models import Limit
+
+    limit = Limit.objects.filter(api_key=people.keys["member"]).first()
+    return limit is not None and limit.requests_per_minute == 13
+
+
+def _landed_co_admin(people: People) -> bool:
+    from accounts.models import Member
+
+    return Member.objects.filter(
+        user__email="co-admin@example.com", team=people.home, role="admin"
+    ).exists()
+
+
 def _landed_key_for_bob(people: People) -> bool:
     return people.users["member_peer"].member.api_keys.filter(name="for bob").exists()
 
 
+TOML = "[[teams]]\nslug = 'from-config'\nname = 'From a file'\n"
 APP = {
     "name": "Made",
     "default_priority": "interactive",
@@ -240,6 +270,61 @@ WRITES = [
         _landed_key_for_bob,
     ),
     Write(
+        "set team home's application's limits",
+        (
+            "/limits/edit/",
+            {"scope": "application", "name": "{home_app}", "requests_per_minute": 11},
+        ),
+        ("put", "/api/v1/limits/application/{home_app}/", {"requests_per_minute": 11}),
+        _roles("team_admin", "staff"),
+        _landed_home_app_limit,
+    ),
+    Write(
+        "set the limits of alice's key",
+        ("/limits/edit/", {"scope": "key", "name": "{alice_key}", "requests_per_minute": 13}),
+        ("put", "/api/v1/limits/key/{alice_key}/", {"requests_per_minute": 13}),
+        _roles("team_admin", "staff"),
+        _landed_alice_key_limit,
+    ),
+    Write(
+        "add a second team admin to team home",
+        (
+            "/members/new/",
+            {"email": "co-admin@example.com", "team": "{home_id}", "role": "admin"},
+        ),
+        (
+            "post",
+            "/api/v1/members/",
+            {"email": "co-admin@example.com", "team": "{home}", "role": "admin"},
+        ),
+        _roles("team_admin", "staff"),
+        _landed_co_admin,
+    ),
+    Write(
+        "set the batch window of team home's application",
+        (
+            "/reports/weather/use/",
+            {"application": "{home_app_id}", "start_hour": "1", "hours": "5", "zone": "UTC"},
+        ),
+        ("patch", "/api/v1/applications/{home_app}/", {"batch_windows": "01:00-06:00"}),
+        _roles("team_admin", "staff"),
+        _landed_app_windows("01:00-06:00"),
+    ),
+    Write(
+        "apply a config file",
+        ("/config/upload/", {"text": TOML, "apply": "1"}),
+        ("post", "/api/v1/config/apply/", TOML),
+        _roles("staff"),
+        _landed_config,
+    ),
+    Write(
+        "undrain a deployment",
+        ("/deployments/{drained_dep}/undrain/", {}),
+        ("post", "/api/v1/deployments/{drained_dep}/undrain/", None),
+        _roles("staff"),
+        _landed_deployment("drained_until", None, name="perm-drained"),
+    ),
+    Write(
         "drain a deployment",
         ("/deployments/{dep}/drain/", {"minutes": 5, "reason": "drill"}),
         ("post", "/api/v1/deployments/{dep}/drain/", {"minutes": 5, "reason": "drill"}),
@@ -272,6 +357,7 @@ def _names(people: People) -> dict[str, str]:
         "tina_id": str(people.users["team_admin"].member.pk),
         "dora_email": _dora(people),
         "home_app": people.home_app.slug,
+        "home_id": str(people.home.pk),
         "alice": people.email("member"),
         "bob": people.users["member_peer"].email,
         "carl": people.email("other_member"),
@@ -300,7 +386,14 @@ def _attempt(people: People, write: Write, surface: str, role: str) -> tuple[int
             response = client.post(_fill(path, fill), _fill(data, fill))
         else:
             method, path, body = write.api
-            response = getattr(client, method)(_fill(path, fill), _fill(body, fill), format="json")
+            if isinstance(body, str):  # a TOML file
+                response = getattr(client, method)(
+                    path, body.encode(), content_type="application/toml"
+                )
+            else:
+                response = getattr(client, method)(
+                    _fill(path, fill), _fill(body, fill), format="json"
+                )
         landed = write.landed(people)
         transaction.set_rollback(True)
     return response.status_code, landed
