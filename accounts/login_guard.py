@@ -36,17 +36,13 @@ def login_refusal(request: HttpRequest) -> HttpResponse | None:
     """Count this login attempt; a 429 page when the address or the account is over its
     rate (SLUICE_LOGIN_RATE_ADDRESS, SLUICE_LOGIN_RATE_ACCOUNT), else None."""
     waits = []
-    for key, rate in (
-        ("ip", settings.SLUICE_LOGIN_RATE_ADDRESS),
-        (_account, settings.SLUICE_LOGIN_RATE_ACCOUNT),
-    ):
+    limits: tuple[tuple[str, str | Callable[[str, HttpRequest], str], str], ...] = (
+        ("login:address", "ip", settings.SLUICE_LOGIN_RATE_ADDRESS),
+        ("login:account", _account, settings.SLUICE_LOGIN_RATE_ACCOUNT),
+    )
+    for group, key, rate in limits:
         usage = get_usage(
-            request,
-            group=f"login:{key if isinstance(key, str) else 'account'}",
-            key=key,
-            rate=rate,
-            method="POST",
-            increment=True,
+            request, group=group, key=key, rate=rate, method=("POST",), increment=True
         )
         if usage is not None and usage["should_limit"]:
             waits.append(int(usage["time_left"]) + 1)
