@@ -80,7 +80,8 @@ def limit_set(
         actor=actor,
         scope=kind.value,
         team_id=_team_of(target),
-        member_is_staff=isinstance(found, Member) and found.user.is_staff,
+        member_is_staff=(isinstance(found, Member) and found.user.is_staff)
+        or (isinstance(found, ApiKey) and found.member.user.is_staff),
     )
     unknown = set(values) - set(LIMIT_FIELDS)
     if unknown:

@@ -104,3 +104,19 @@ def test_the_django_admin_moving_a_member_revokes_their_old_keys(home: Team) -> 
     assert response.status_code == 302, response.content[:2000]
     key.refresh_from_db()
     assert key.revoked_at is not None
+
+
+def test_a_team_admin_may_not_limit_a_staff_member_or_their_keys(home: Team) -> None:
+    from accounts.models import Application
+    from accounts.services import key_issue
+
+    Application.objects.create(team=home, slug="home-app", name="Home app")
+    tina = member_ensure(email="tina@home.test", team=home, role=Member.Role.ADMIN)
+    eve = member_ensure(email="eve@home.test", team=home)
+    eve.user.is_staff = True
+    eve.user.save()
+    key, _ = key_issue(member_email="eve@home.test", application_slug="home-app")
+    for scope, name in (("member", "eve@home.test"), ("key", key.prefix)):
+        with pytest.raises(NotAllowed, match="an admin's limits"):
+            limit_set(scope=scope, name=name, actor=_actor_for(tina), requests_per_minute=1)
+    limit_set(scope="key", name=key.prefix, actor=Actor.of(viewer_for(eve.user)), max_concurrency=2)
