@@ -414,3 +414,25 @@ def test_console_and_api_agree_on_every_write_for_every_role(
         assert status < 500, (surface, status)
         if surface != "console" and not did_land:
             assert status in (400, 401, 403, 404), (write.name, role, surface, status)
+
+
+@pytest.mark.parametrize("write", [w for w in WRITES if "tina" not in w.name], ids=lambda w: w.name)
+def test_a_team_admin_token_made_by_the_command_has_exactly_the_team_admins_rights(
+    people: People, write: Write
+) -> None:
+    """`manage.py issue_admin_token --team home` (a token of no user) acts as home's admin:
+    the same writes land as for tina, the same are refused."""
+    _, token = management_token_issue(actor=SYSTEM, team_slug=people.home.slug)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    fill = _names(people)
+    method, path, body = write.api
+    with transaction.atomic():
+        if isinstance(body, str):
+            response = getattr(client, method)(path, body.encode(), content_type="application/toml")
+        else:
+            response = getattr(client, method)(_fill(path, fill), _fill(body, fill), format="json")
+        landed = write.landed(people)
+        transaction.set_rollback(True)
+    assert response.status_code < 500
+    assert landed == ("team_admin" in write.lands_for), (write.name, response.status_code)
