@@ -1,7 +1,11 @@
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
 from accounts.models import AdminAction, ApiKey, Application, ManagementToken, Member, Team
+from accounts.selectors import viewer_for
+from accounts.services import Actor, member_keys_outside_team_revoke
 
 
 @admin.register(Team)
@@ -13,6 +17,15 @@ class TeamAdmin(admin.ModelAdmin):
 class MemberAdmin(admin.ModelAdmin):
     list_display = ("user", "team", "role")
     list_filter = ("team", "role")
+
+    def save_model(self, request: HttpRequest, obj: Member, form: Any, change: bool) -> None:
+        """A member moved to another team here loses their keys on the old team's
+        applications, as everywhere else (accounts.services.member_team_move)."""
+        super().save_model(request, obj, form, change)
+        if change and "team" in form.changed_data:
+            member_keys_outside_team_revoke(
+                actor=Actor.of(viewer_for(request.user), via=AdminAction.Via.CONSOLE), member=obj
+            )
 
 
 @admin.register(Application)

@@ -12,9 +12,12 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import policy
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
 from accounts.models import (
     MAX_CACHE_TTL_SECONDS,
@@ -44,6 +47,9 @@ class Actor:
     user_id: int | None
     label: str
     via: str  # AdminAction.Via
+    # Whose rights the change is checked against (accounts/policy.py); None for a command
+    # run on the machine, which may do anything.
+    viewer: Viewer | None = None
 
     @classmethod
     def command(cls, name: str) -> "Actor":
@@ -56,7 +62,7 @@ class Actor:
 
     @classmethod
     def of(cls, viewer: Viewer, *, via: str = AdminAction.Via.CONSOLE) -> "Actor":
-        return cls(user_id=viewer.user_id, label=viewer.label, via=via)
+        return cls(user_id=viewer.user_id, label=viewer.label, via=via, viewer=viewer)
 
 
 SYSTEM = Actor(user_id=None, label="system", via=AdminAction.Via.COMMAND)
@@ -105,7 +111,9 @@ def snapshot_of(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> Member:
+def member_ensure(
+    *, email: str, team: Team, role: str = Member.Role.MEMBER, actor: Actor = SYSTEM
+) -> Member:
     """The member with this email, created (with an unusable password) if missing."""
     User = get_user_model()
     user, created = User.objects.get_or_create(username=email, defaults={"email": email})
@@ -116,10 +124,61 @@ def member_ensure(*, email: str, team: Team, role: str = Member.Role.MEMBER) -> 
         user.email = email
         user.save(update_fields=["email"])
     member, created = Member.objects.get_or_create(user=user, defaults={"team": team, "role": role})
-    if not created and (member.team_id != team.id or member.role != role):
-        member.team, member.role = team, role
-        member.save(update_fields=["team", "role"])
+    if not created and member.team_id != team.id:
+        member_team_move(actor=actor, member=member, team=team)
+    if not created and member.role != role:
+        member.role = role
+        member.save(update_fields=["role"])
     return member
+
+
+@transaction.atomic
+def member_team_move(*, actor: Actor, member: Member, team: Team) -> Member:
+    """Move a member to another team. Their keys belong to the old team's applications,
+    which the old team's admin no longer sees them hold: every such key is revoked (their
+    batches stop with it), and the member makes new keys in the new team."""
+    if member.team_id == team.pk:
+        return member
+    policy.staff_check(actor=actor, what="move a member to another team")
+    before = _member_snapshot(member)
+    old_team_id = member.team_id
+    member.team = team
+    member.save(update_fields=["team"])
+    member_keys_outside_team_revoke(actor=actor, member=member)
+    admin_action_record(
+        actor=actor,
+        action="member.move",
+        obj=member,
+        team_id=old_team_id,
+        before=before,
+        after=_member_snapshot(member),
+    )
+    return member
+
+
+def member_keys_outside_team_revoke(*, actor: Actor, member: Member) -> int:
+    """Revoke the member's live keys on applications outside their (new) team; how many.
+    Each is in the admin actions log of the team whose application it was."""
+    now = timezone.now()
+    revoked = 0
+    live = ApiKey.objects.filter(member=member, revoked_at=None).exclude(
+        application__team_id=member.team_id
+    )
+    for key in live.select_related("application"):
+        before = snapshot_of(key, _KEY_FIELDS)
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        admin_action_record(
+            actor=actor,
+            action="key.revoke",
+            obj=key,
+            object_type="key",
+            team_id=key.application.team_id,
+            before=before,
+            after=snapshot_of(key, _KEY_FIELDS) | {"reason": "member moved to another team"},
+        )
+        revoked += 1
+    return revoked
 
 
 _KEY_FIELDS = ("name", "member", "application", "expires_at", "revoked_at")
@@ -167,6 +226,7 @@ def key_create(
             f"member {member.user.email} is in team {member.team.slug}, "
             f"application {application.slug} is not"
         )
+    policy.key_change_check(actor=actor, member_id=member.pk, team_id=member.team_id)
     if not member.user.is_active:
         raise AccountError(f"member {member.user.email} is deactivated")
     if expires_at is not None and expires_at <= timezone.now():
@@ -224,6 +284,7 @@ def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
     )
     if key is None:
         raise AccountError(f"no key with prefix {prefix!r}")
+    policy.key_change_check(actor=actor, member_id=key.member_id, team_id=key.member.team_id)
     if key.revoked_at is None:
         with transaction.atomic():
             before = snapshot_of(key, _KEY_FIELDS)
@@ -244,6 +305,7 @@ def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
 def key_rotate(*, actor: Actor, key: ApiKey, grace: timedelta) -> tuple[ApiKey, str]:
     """A new key like `key` (same member, application, name and expiry) now; the old one
     keeps working for `grace` (0 to 30 days) and then expires, so clients can switch over."""
+    policy.key_change_check(actor=actor, member_id=key.member_id, team_id=key.member.team_id)
     if key.revoked_at is not None:
         raise AccountError(f"key {key.prefix} is revoked; create a new key instead")
     now = timezone.now()
@@ -290,9 +352,15 @@ def member_create(
         raise AccountError("enter a valid email address")
     if role not in Member.Role.values:
         raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    policy.team_manage_check(actor=actor, team_id=team.pk)
     User = get_user_model()
     if User.objects.filter(username=email).exists() or User.objects.filter(email=email).exists():
         raise AccountError(f"a user with email {email} already exists")
+    if password:
+        try:
+            validate_password(password, user=User(username=email, email=email))
+        except ValidationError as exc:
+            raise AccountError(" ".join(exc.messages)) from None
     with transaction.atomic():
         user = User.objects.create_user(username=email, email=email, password=password or None)
         member = Member.objects.create(user=user, team=team, role=role)
@@ -309,6 +377,7 @@ def member_create(
 def member_update(*, actor: Actor, member: Member, role: str) -> Member:
     if role not in Member.Role.values:
         raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    _member_change_check(actor, member, "change the role of")
     if member.role == role:
         return member
     with transaction.atomic():
@@ -329,6 +398,7 @@ def member_update(*, actor: Actor, member: Member, role: str) -> Member:
 def member_set_active(*, actor: Actor, member: Member, active: bool) -> Member:
     """Deactivate (or reactivate) a member: they cannot log in, and their keys are refused
     within SLUICE_KEY_CACHE_SECONDS, like a revocation (accounts/authentication.py)."""
+    _member_change_check(actor, member, "deactivate" if not active else "reactivate")
     user = member.user
     if user.is_active == active:
         return member
@@ -347,6 +417,16 @@ def member_set_active(*, actor: Actor, member: Member, active: bool) -> Member:
     return member
 
 
+def _member_change_check(actor: Actor, member: Member, what: str) -> None:
+    policy.member_change_check(
+        actor=actor,
+        team_id=member.team_id,
+        member_id=member.pk,
+        member_is_staff=member.user.is_staff,
+        what=what,
+    )
+
+
 def _check_time_zone(time_zone: str) -> None:
     try:
         ZoneInfo(time_zone)
@@ -355,6 +435,7 @@ def _check_time_zone(time_zone: str) -> None:
 
 
 def team_create(*, actor: Actor, slug: str, name: str, time_zone: str = "UTC") -> Team:
+    policy.staff_check(actor=actor, what="create a team")
     if not _SLUG.fullmatch(slug):
         raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
     if Team.objects.filter(slug=slug).exists():
@@ -373,6 +454,7 @@ def team_create(*, actor: Actor, slug: str, name: str, time_zone: str = "UTC") -
 
 
 def team_update(*, actor: Actor, team: Team, name: str, time_zone: str) -> Team:
+    policy.team_manage_check(actor=actor, team_id=team.pk)
     _check_time_zone(time_zone)
     before = snapshot_of(team, _TEAM_FIELDS)
     team.name, team.time_zone = name or team.slug, time_zone
@@ -426,6 +508,7 @@ def application_create(
     *, actor: Actor, team: Team, slug: str, routes: list[Any] | None = None, **values: Any
 ) -> Application:
     """A new application of `team`; `routes` are routing.Route objects (or ids)."""
+    policy.team_manage_check(actor=actor, team_id=team.pk)
     if not _SLUG.fullmatch(slug):
         raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
     if Application.objects.filter(slug=slug).exists():
@@ -449,6 +532,7 @@ def application_update(
     *, actor: Actor, application: Application, routes: list[Any] | None = None, **values: Any
 ) -> Application:
     """Change an application's settings; `routes`, when given, replaces its routes."""
+    policy.team_manage_check(actor=actor, team_id=application.team_id)
     clean = _application_values(values)
     clean.pop("slug", None)
     clean.pop("team", None)
@@ -480,6 +564,7 @@ def application_batch_windows_set(
     """When the application's batches may run (the Batch API's windows, in its team's time
     zone): "00:00-06:00, ...", "any", or "" to follow the team. Setting the windows it
     already has records nothing."""
+    policy.team_manage_check(actor=actor, team_id=application.team_id)
     clean = _windows(windows)
     with transaction.atomic():
         before = {"batch_windows": application.batch_windows}
@@ -505,18 +590,30 @@ def management_token_issue(
     *,
     actor: Actor,
     name: str = "",
+    user_id: int | None = None,
     user_email: str | None = None,
     team_slug: str | None = None,
     expires_days: int | None = None,
 ) -> tuple[ManagementToken, str]:
     """Create a management token and return it with its plaintext, which exists only in
-    this return value. With a user it acts with that user's roles (narrowed to the team if
+    this return value. With a user (by id; by email only from a command, and only an email
+    exactly one active user has) it acts with that user's roles (narrowed to the team if
     one is given); without one it is an admin token, global or of its team."""
     user = None
-    if user_email is not None:
-        user = get_user_model().objects.filter(email=user_email, is_active=True).first()
+    users = get_user_model().objects.filter(is_active=True)
+    if user_id is not None:
+        user = users.filter(pk=user_id).first()
         if user is None:
-            raise AccountError(f"no active user with email {user_email!r}")
+            raise AccountError(f"no active user with id {user_id}")
+    elif user_email is not None:
+        found = list(users.filter(email=user_email)[:2]) if user_email.strip() else []
+        if len(found) != 1:
+            raise AccountError(
+                f"no active user with email {user_email!r}"
+                if not found
+                else f"more than one user has email {user_email!r}; name the user by id"
+            )
+        user = found[0]
     team = None
     if team_slug is not None:
         team = Team.objects.filter(slug=team_slug).first()
@@ -541,7 +638,8 @@ def management_token_issue(
         team_id=team.pk if team else None,
         after={
             "name": name,
-            "user": user_email,
+            "user": user.email if user else None,
+            "user_id": user.pk if user else None,
             "team": team_slug,
             "expires_at": token.expires_at.isoformat() if token.expires_at else None,
         },

@@ -326,7 +326,7 @@ class TokenViewSet(
         token, plaintext = services.management_token_issue(
             actor=actor_of(request),
             name=data["name"],
-            user_email=request.user.email,
+            user_id=request.user.pk,
             team_slug=data.get("team"),
             expires_days=data.get("expires_days"),
         )

@@ -23,6 +23,7 @@ from accounts.selectors import (
 from api import serializers as s
 from api.base import NoOptions
 from api.permissions import viewer_of
+from core.csv_cells import neutralise
 from quotas.usage_report import COLUMNS, ReportError, period_for, team_zone, usage_report
 from routing.call_explorer import (
     CallFilter,
@@ -43,7 +44,10 @@ class CSVRenderer(BaseRenderer):
         writer = csv.writer(out)
         writer.writerow([data["group_by"], *(header for _, header in COLUMNS)])
         for row in [*data["rows"], data["totals"]]:
-            writer.writerow([row["label"], *(row[attr] for attr, _ in COLUMNS)])
+            # Labels are key names, emails, slugs: formula-like text is made text.
+            writer.writerow(
+                [neutralise(row["label"]), *(neutralise(row[attr]) for attr, _ in COLUMNS)]
+            )
         return out.getvalue().encode()
 
 

@@ -26,6 +26,9 @@ class BatchFile(models.Model):
     lines = models.PositiveIntegerField(default=0)
     storage_name = models.CharField(max_length=300)
     created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Gone after this (OpenAI's expires_after); null: kept."
+    )
 
     class Meta:
         indexes = [models.Index(fields=["application", "created_at"], name="file_app_time")]

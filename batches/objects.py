@@ -20,7 +20,7 @@ def file_object(f: BatchFile) -> dict[str, Any]:
         "purpose": f.purpose,
         "status": "processed",
         "status_details": None,
-        "expires_at": None,
+        "expires_at": _ts(f.expires_at),
     }
 
 

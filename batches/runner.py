@@ -152,9 +152,8 @@ class Runner:
             if not claimed:
                 continue
             bodies = await db_read(services.line_bodies, batch.id, claimed)
-            principal = await principal_for_prefix(batch.key_prefix)
             for line in claimed:
-                task = asyncio.create_task(self._run_line(batch, line, bodies[line.id], principal))
+                task = asyncio.create_task(self._run_line(batch, line, bodies[line.id]))
                 self.lines[line.id] = _Running(task, batch.id, model)
             started += len(claimed)
         return started
@@ -164,7 +163,6 @@ class Runner:
         batch: ActiveBatch,
         line: services.ClaimedLine,
         raw: bytes,
-        principal: Principal | None,
     ) -> None:
         """One line, as a call of class batch; a refusal by a limit waits and goes again."""
         endpoint = ENDPOINTS[batch.endpoint]
@@ -178,6 +176,10 @@ class Runner:
                     batch_id=batch.id,
                     custom_id=line.custom_id,
                 )
+                # Read again before every attempt (a worker's cache, refreshed within
+                # SLUICE_KEY_CACHE_SECONDS): a key revoked or expired, or its member
+                # deactivated, while the batch runs stops its next lines.
+                principal = await principal_for_prefix(batch.key_prefix)
                 if not _usable(principal):
                     status, content = 401, _key_gone(batch.key_prefix)
                     break
@@ -282,14 +284,15 @@ def _output_line(
 
 
 def _usable(principal: Principal | None) -> bool:
-    if principal is None or principal.revoked:
+    if principal is None or principal.revoked or not principal.member_active:
         return False
     return principal.expires_at is None or principal.expires_at > timezone.now()
 
 
 def _key_gone(prefix: str) -> bytes:
     return error_body(
-        f"The API key {prefix} that created this batch was revoked, has expired or is gone.",
+        f"The API key {prefix} that created this batch was revoked, has expired or is gone, "
+        "or its member was deactivated.",
         type="authentication_error",
         code="invalid_api_key",
     )

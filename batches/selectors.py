@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
 from accounts.models import ApiKey, Application
 from accounts.selectors import Viewer
@@ -18,14 +19,22 @@ ACTIVE = (
 )
 
 
+def _live_files(application_id: int) -> QuerySet[BatchFile]:
+    """The application's files not past their `expires_at` (an expired one is gone to the
+    client at once; its storage is freed at the application's next upload)."""
+    return BatchFile.objects.filter(application_id=application_id).exclude(
+        expires_at__lte=timezone.now()
+    )
+
+
 def file_get(*, application_id: int, file_id: str) -> BatchFile | None:
-    return BatchFile.objects.filter(application_id=application_id, id=file_id).first()
+    return _live_files(application_id).filter(id=file_id).first()
 
 
 def files_list(
     *, application_id: int, purpose: str | None, after: str | None, limit: int
 ) -> tuple[list[BatchFile], bool]:
-    files = BatchFile.objects.filter(application_id=application_id)
+    files = _live_files(application_id)
     if purpose:
         files = files.filter(purpose=purpose)
     return _page(files, after, limit)

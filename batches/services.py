@@ -18,7 +18,7 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from accounts.authentication import Principal
@@ -51,7 +51,83 @@ def completion_seconds(window: Any) -> int:
 # --- files ---------------------------------------------------------------------------------
 
 
-def file_create(*, principal: Principal, upload: File, filename: str, purpose: str) -> BatchFile:
+MIN_EXPIRY_SECONDS = 3600  # OpenAI's bounds on expires_after
+MAX_EXPIRY_SECONDS = 30 * 24 * 3600
+_DONE = (Status.COMPLETED, Status.FAILED, Status.EXPIRED, Status.CANCELLED)
+
+
+def expires_after_seconds(anchor: Any, seconds: Any) -> int | None:
+    """OpenAI's `expires_after` of an upload ({"anchor": "created_at", "seconds": N}, N from
+    3600 to 2592000) as seconds; None when neither part was given."""
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at":
+        raise bad_request("expires_after[anchor] must be 'created_at'.", param="expires_after")
+    text = str(seconds) if seconds is not None else ""
+    if not text.isdigit() or not MIN_EXPIRY_SECONDS <= int(text) <= MAX_EXPIRY_SECONDS:
+        raise bad_request(
+            f"expires_after[seconds] must be a whole number from {MIN_EXPIRY_SECONDS} "
+            f"to {MAX_EXPIRY_SECONDS}.",
+            param="expires_after",
+        )
+    return int(text)
+
+
+def _expiry(now: datetime, seconds: int | None) -> datetime | None:
+    seconds = settings.SLUICE_BATCH_FILE_EXPIRY_SECONDS if seconds is None else seconds
+    return now + timedelta(seconds=seconds) if seconds else None
+
+
+def files_expired_delete(*, application_id: int | None = None) -> int:
+    """Free the storage of files past their expiry (of one application, or all), except
+    the input of a batch still running; how many went."""
+    expired = BatchFile.objects.filter(expires_at__lte=timezone.now())
+    if application_id is not None:
+        expired = expired.filter(application_id=application_id)
+    running = Batch.objects.exclude(status__in=_DONE).values("input_file_id")
+    gone = 0
+    for file in expired.exclude(id__in=running):
+        batch_storage().delete(file.storage_name)
+        file.delete()
+        gone += 1
+    return gone
+
+
+def _check_quota(application_id: int, size: int) -> None:
+    """The application's own share of the batch storage: bytes and uploaded files."""
+    live = BatchFile.objects.filter(application_id=application_id)
+    used = live.aggregate(total=Sum("bytes"))["total"] or 0
+    uploads = live.filter(purpose=BatchFile.Purpose.BATCH).count()
+    max_bytes, max_files = settings.SLUICE_BATCH_APP_MAX_BYTES, settings.SLUICE_BATCH_APP_MAX_FILES
+    if uploads >= max_files:
+        raise GatewayError(
+            400,
+            f"This application keeps {uploads} uploaded files, its limit of {max_files}: "
+            "delete some (DELETE /v1/files/ID) before uploading more.",
+            code="file_quota_exceeded",
+            param="file",
+        )
+    if used + size > max_bytes:
+        raise GatewayError(
+            400,
+            f"This application's files take {used} bytes; this one ({size}) would pass its "
+            f"limit of {max_bytes}: delete some (DELETE /v1/files/ID) first.",
+            code="file_quota_exceeded",
+            param="file",
+        )
+
+
+def file_create(
+    *,
+    principal: Principal,
+    upload: File,
+    filename: str,
+    purpose: str,
+    expires_after: int | None = None,
+) -> BatchFile:
+    """Store an upload. Files past their expiry go first; the application's quota (bytes
+    and files, SLUICE_BATCH_APP_MAX_*) is checked with its row locked, so two uploads at
+    once cannot both pass it."""
     if purpose != BatchFile.Purpose.BATCH:
         raise bad_request("Only purpose 'batch' files can be uploaded here.", param="purpose")
     lines = 0
@@ -67,25 +143,29 @@ def file_create(*, principal: Principal, upload: File, filename: str, purpose: s
     if not lines:
         raise bad_request("The file is empty.", param="file")
     upload.seek(0)
-    file_id = new_file_id()
-    stored = batch_storage().save(storage_name(principal.application_id, file_id), upload)
-    return BatchFile.objects.create(
-        id=file_id,
-        application_id=principal.application_id,
-        member_id=principal.member_id,
-        purpose=purpose,
-        filename=filename[:255] or "batch.jsonl",
-        bytes=upload.size,
-        lines=lines,
-        storage_name=stored,
-        created_at=timezone.now(),
-    )
+    files_expired_delete(application_id=principal.application_id)
+    with transaction.atomic():
+        Application.objects.select_for_update().filter(pk=principal.application_id).first()
+        _check_quota(principal.application_id, upload.size)
+        file_id = new_file_id()
+        stored = batch_storage().save(storage_name(principal.application_id, file_id), upload)
+        now = timezone.now()
+        return BatchFile.objects.create(
+            id=file_id,
+            application_id=principal.application_id,
+            member_id=principal.member_id,
+            purpose=purpose,
+            filename=filename[:255] or "batch.jsonl",
+            bytes=upload.size,
+            lines=lines,
+            storage_name=stored,
+            created_at=now,
+            expires_at=_expiry(now, expires_after),
+        )
 
 
 def file_delete(*, file: BatchFile) -> None:
-    in_use = Batch.objects.filter(input_file=file).exclude(
-        status__in=(Status.COMPLETED, Status.FAILED, Status.EXPIRED, Status.CANCELLED)
-    )
+    in_use = Batch.objects.filter(input_file=file).exclude(status__in=_DONE)
     if in_use.exists():
         raise GatewayError(
             409, f"File {file.id} is the input of a batch still running.", code="file_in_use"
@@ -122,9 +202,11 @@ def batch_create(
         raise bad_request(
             "'metadata' must be an object of at most 16 string values.", param="metadata"
         )
-    source = BatchFile.objects.filter(
-        application_id=principal.application_id, id=input_file_id
-    ).first()
+    source = (
+        BatchFile.objects.filter(application_id=principal.application_id, id=input_file_id)
+        .exclude(expires_at__lte=timezone.now())
+        .first()
+    )
     if source is None:
         raise GatewayError(
             404, f"No file with id {input_file_id}.", code="file_not_found", param="input_file_id"
@@ -417,6 +499,7 @@ def _jsonl(items: list[str]) -> bytes:
 def _output_file(batch: Batch, filename: str, content: bytes) -> BatchFile:
     file_id = new_file_id()
     stored = batch_storage().save(storage_name(batch.application_id, file_id), ContentFile(content))
+    now = timezone.now()
     return BatchFile.objects.create(
         id=file_id,
         application_id=batch.application_id,
@@ -426,7 +509,8 @@ def _output_file(batch: Batch, filename: str, content: bytes) -> BatchFile:
         bytes=len(content),
         lines=content.count(b"\n"),
         storage_name=stored,
-        created_at=timezone.now(),
+        created_at=now,
+        expires_at=_expiry(now, None),
     )
 
 

@@ -90,8 +90,15 @@ def _upload(request: HttpRequest, principal: Principal) -> BatchFile:
         raise bad_request("You must provide a 'file' (multipart/form-data).", param="file")
     if not purpose:
         raise bad_request("You must provide 'purpose'.", param="purpose")
+    expires_after = services.expires_after_seconds(
+        request.POST.get("expires_after[anchor]"), request.POST.get("expires_after[seconds]")
+    )
     return released(services.file_create)(
-        principal=principal, upload=upload, filename=upload.name or "", purpose=purpose
+        principal=principal,
+        upload=upload,
+        filename=upload.name or "",
+        purpose=purpose,
+        expires_after=expires_after,
     )
 
 

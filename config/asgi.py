@@ -4,8 +4,9 @@ Cheap paths are answered before Django: `/healthz`, `/metrics` (Prometheus, rout
 and the proxy's `/v1/…` through a lean handler without the middleware stack
 (routing/proxy_handler.py); the Batch API's `/v1/files` and `/v1/batches` through the same
 handler with a larger upload limit. Everything else (admin, console, management API) goes
-through Django's full handler. Lifespan startup starts the capacity alert loop (and, with
-Redis, the metrics push); shutdown writes the audit rows still in memory.
+through Django's full handler, its body bounded in size and time (config/bounded_handler.py).
+Lifespan startup starts the capacity alert loop (and, with Redis, the metrics push); shutdown
+writes the audit rows still in memory.
 """
 
 import asyncio
@@ -19,11 +20,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 
 from django.conf import settings  # noqa: E402
-from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: E402
 
 from batches.handler import PATHS as BATCH_PATHS  # noqa: E402
 from batches.handler import BatchApiHandler  # noqa: E402
+from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
 from routing.audit import audit_writer  # noqa: E402
 from routing.capacity_alert import capacity_alert_loop  # noqa: E402
 from routing.metrics import (  # noqa: E402
@@ -44,7 +45,7 @@ _HEALTH_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"
 
 class Application:
     def __init__(self) -> None:
-        self.django = ASGIHandler()
+        self.django = BoundedDjangoHandler()  # bodies bounded in size and time
         self.proxy = ProxyHandler()
         self.batches = BatchApiHandler()  # /v1/files, /v1/batches: larger uploads
         self._background: list[asyncio.Task[None]] = []

@@ -121,9 +121,17 @@ CACHES["api"] = (
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
 )
 
+# Django's standard validators, on every way a password is set (console and API member
+# creation through accounts.services.member_create, password change, the admin).
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login attempts (console and admin; accounts/login_guard.py), django-ratelimit's rates.
+SLUICE_LOGIN_RATE_ADDRESS = os.environ.get("SLUICE_LOGIN_RATE_ADDRESS", "20/m")
+SLUICE_LOGIN_RATE_ACCOUNT = os.environ.get("SLUICE_LOGIN_RATE_ACCOUNT", "5/m")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -139,6 +147,20 @@ LOGOUT_REDIRECT_URL = "/login/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 # --- Sluice ---------------------------------------------------------------------------
+# Environment variables an upstream's `api_key_env` may name: names, or prefixes ending
+# in "*". DATABASE_URL, REDIS_URL, SLUICE_SECRET_KEY and SLUICE_METRICS_TOKEN never are.
+SLUICE_UPSTREAM_KEY_ENV = [
+    name.strip()
+    for name in os.environ.get(
+        "SLUICE_UPSTREAM_KEY_ENV", "SLUICE_UPSTREAM_*,OPENAI_API_KEY,ANTHROPIC_API_KEY"
+    ).split(",")
+    if name.strip()
+]
+# Bodies outside /v1/ (console, management API, admin): refused past this while they arrive
+# (config/bounded_handler.py); they share SLUICE_BODY_SECONDS with the proxy.
+SLUICE_CONSOLE_MAX_BODY_BYTES = int(
+    os.environ.get("SLUICE_CONSOLE_MAX_BODY_BYTES", 4 * 1024 * 1024)
+)
 SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 1024))
 # How long a worker trusts what it cached about a key or the route catalog. Revoking a key
 # or editing a route takes effect on every worker within this many seconds.
@@ -208,6 +230,15 @@ SLUICE_CAPACITY_ALERT_EVERY_SECONDS = float(
 # The Batch API (batches/): uploads may be larger than a proxied request; files are kept in
 # Django's storage "batches" (a local folder unless STORAGES says otherwise).
 SLUICE_BATCH_MAX_FILE_BYTES = int(os.environ.get("SLUICE_BATCH_MAX_FILE_BYTES", 200 * 1024 * 1024))
+# Per application: the bytes its batch files (uploads and outputs) may take in storage, and
+# how many uploaded files it may keep; an upload past either is refused (400).
+SLUICE_BATCH_APP_MAX_BYTES = int(os.environ.get("SLUICE_BATCH_APP_MAX_BYTES", 1024**3))
+SLUICE_BATCH_APP_MAX_FILES = int(os.environ.get("SLUICE_BATCH_APP_MAX_FILES", 100))
+# A file's life when the upload names no `expires_after` (OpenAI's default for batch files,
+# 30 days); output and error files live as long. 0: kept until deleted.
+SLUICE_BATCH_FILE_EXPIRY_SECONDS = int(
+    os.environ.get("SLUICE_BATCH_FILE_EXPIRY_SECONDS", 30 * 24 * 3600)
+)
 SLUICE_BATCH_MAX_LINES = int(os.environ.get("SLUICE_BATCH_MAX_LINES", 50_000))
 SLUICE_BATCH_FILES_DIR = os.environ.get("SLUICE_BATCH_FILES_DIR", str(STATE_DIR / "batch-files"))
 # A runner holds a claimed line this long, renewing it while the call runs; a runner that

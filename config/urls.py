@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 
+from accounts.login_guard import login_throttled
 from routing import views, views_messages
 
 urlpatterns = [
@@ -15,6 +16,8 @@ urlpatterns = [
     path("v1/models/<path:name>", views.model_detail),
     path("", include("batches.urls")),  # /v1/files, /v1/batches
     re_path(r"^v1/(?P<path>.*)$", views.not_found),
+    # The admin's login, throttled like the console's (accounts/login_guard.py).
+    path("admin/login/", login_throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("api.urls")),
     # Our own static files (the API docs' Swagger UI and Redoc, the console's CSS), served

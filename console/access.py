@@ -12,6 +12,8 @@ from typing import Any
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from accounts.selectors import Viewer, viewer_for
 from accounts.services import Actor
@@ -50,3 +52,14 @@ def viewer_of(request: HttpRequest) -> Viewer:
 
 def actor_of(request: HttpRequest) -> Actor:
     return Actor.of(viewer_of(request))
+
+
+def redirect_back(request: HttpRequest, default: str) -> HttpResponse:
+    """To the form's `next` if it is a page of this console, else to `default` (a URL
+    name): never to another site (`next=https://evil.example/`, `//evil.example`)."""
+    back = request.POST.get("next", "")
+    if back and url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(back)
+    return redirect(default)

@@ -11,15 +11,10 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
 
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+from core.csv_cells import FORMULA_STARTS as _FORMULA_STARTS
+from core.csv_cells import neutralise
 
-
-def neutralise(value: Any) -> Any:
-    """A text cell starting like a formula gets a leading apostrophe (OWASP's advice), so
-    `=HYPERLINK(...)` in a key name reads as text in Excel or Sheets. Numbers stay numbers."""
-    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
-        return "'" + value
-    return value
+__all__ = ["neutralise"]
 
 
 def _prepared(rows: list[Any]) -> list[Any]:

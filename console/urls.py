@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from accounts.login_guard import login_throttled
 from console import (
     views,
     views_calls,
@@ -23,8 +24,10 @@ urlpatterns = [
     # Django's own authentication views, with our templates (templates/registration/).
     path(
         "login/",
-        auth_views.LoginView.as_view(
-            redirect_authenticated_user=True, authentication_form=LoginForm
+        login_throttled(
+            auth_views.LoginView.as_view(
+                redirect_authenticated_user=True, authentication_form=LoginForm
+            )
         ),
         name="login",
     ),

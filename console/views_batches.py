@@ -11,7 +11,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from accounts.models import Application
@@ -19,7 +18,7 @@ from accounts.selectors import Viewer, applications_visible_to
 from accounts.services import AccountError, application_batch_windows_set
 from batches.selectors import batch_rows, batches_visible_to, line_outcomes
 from batches.services import batch_cancel
-from console.access import actor_of, console_view, viewer_of
+from console.access import actor_of, console_view, redirect_back, viewer_of
 from console.tables import Column, table
 from core.errors import GatewayError
 
@@ -92,10 +91,7 @@ def batch_cancel_view(request: HttpRequest, batch_id: str) -> HttpResponse:
         messages.success(
             request, f"Batch {batch.id} is cancelling: no new lines start; it ends within seconds."
         )
-    back = request.POST.get("next", "")
-    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        return redirect(back)
-    return redirect("console:batches")
+    return redirect_back(request, "console:batches")
 
 
 def window_in_zone(

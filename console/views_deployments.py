@@ -7,7 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from console.access import actor_of, console_view, viewer_of
+from console.access import actor_of, console_view, redirect_back, viewer_of
 from console.forms import DrainForm
 from console.tables import Column, table
 from routing.models import Deployment
@@ -67,7 +67,7 @@ def deployment_drain_view(request: HttpRequest, name: str) -> HttpResponse:
             f"{deployment.name} drained for {form.cleaned_data['minutes']} min: traffic flows "
             "down its chains within seconds.",
         )
-    return redirect(request.POST.get("next") or "console:deployments")
+    return redirect_back(request, "console:deployments")
 
 
 @require_POST

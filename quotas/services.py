@@ -6,6 +6,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from accounts import policy
 from accounts.models import ApiKey, Application, Member, Team
 from accounts.services import SYSTEM, Actor, admin_action_record
 from quotas.models import Limit, Scope
@@ -74,6 +75,14 @@ def limit_set(
     except ValueError:
         raise LimitError(f"scope must be one of {', '.join(Scope.values)}") from None
     target = limit_target(kind, name)
+    found = next(iter(target.values()))
+    policy.limit_change_check(
+        actor=actor,
+        scope=kind.value,
+        team_id=_team_of(target),
+        member_is_staff=(isinstance(found, Member) and found.user.is_staff)
+        or (isinstance(found, ApiKey) and found.member.user.is_staff),
+    )
     unknown = set(values) - set(LIMIT_FIELDS)
     if unknown:
         raise LimitError(f"unknown limit(s): {', '.join(sorted(unknown))}")

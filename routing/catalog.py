@@ -9,8 +9,15 @@ from django.conf import settings
 
 from core.db import db_read
 from core.refresh import CATALOG, RefreshingCache
+from routing.config_file import api_key_env_allowed
 from routing.deployment_state import Limits
 from routing.models import Route
+
+
+def _upstream_key(name: str) -> str | None:
+    """The key an upstream is called with; a variable outside SLUICE_UPSTREAM_KEY_ENV (set
+    through the Django admin, say) is never read, so it is never sent."""
+    return os.environ.get(name) if name and api_key_env_allowed(name) else None
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def _load() -> dict[str, RouteSpec]:
                     upstream=UpstreamSpec(
                         name=u.name,
                         base_url=u.base_url.rstrip("/"),
-                        api_key=os.environ.get(u.api_key_env) if u.api_key_env else None,
+                        api_key=_upstream_key(u.api_key_env),
                         connect_timeout=u.connect_timeout,
                         read_timeout=u.read_timeout,
                         forward_openai_headers=u.forward_openai_headers,

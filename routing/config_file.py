@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.conf import settings
 from django.db import models, transaction
 
 from accounts.models import (
@@ -150,6 +151,25 @@ _KEY_FIELD = {
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 _SLUG_KEYED = {"upstreams", "deployments", "teams", "applications"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Never an upstream key, whatever SLUICE_UPSTREAM_KEY_ENV says: Sluice's own secrets.
+_NEVER_UPSTREAM_KEYS = frozenset(
+    {"DATABASE_URL", "REDIS_URL", "SLUICE_SECRET_KEY", "SLUICE_METRICS_TOKEN"}
+)
+
+
+def api_key_env_allowed(name: str) -> bool:
+    """Whether `name` may hold an upstream key: it matches SLUICE_UPSTREAM_KEY_ENV (names,
+    or prefixes ending in `*`; default `SLUICE_UPSTREAM_*,OPENAI_API_KEY,ANTHROPIC_API_KEY`)
+    and is none of Sluice's own secrets. Anyone who may apply config chooses where the key
+    is sent, so this keeps them from sending DATABASE_URL or SLUICE_SECRET_KEY upstream."""
+    if not _ENV_NAME.fullmatch(name) or name in _NEVER_UPSTREAM_KEYS:
+        return False
+    for allowed in settings.SLUICE_UPSTREAM_KEY_ENV:
+        if name == allowed or (allowed.endswith("*") and name.startswith(allowed[:-1])):
+            return True
+    return False
+
+
 _PRICE_STEP = Decimal("0.000001")  # the database keeps 6 decimals
 _COST_STEP = Decimal("0.0001")
 
@@ -237,6 +257,11 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail("timeouts must be between 0 and 3600 seconds")
         if e["api_key_env"] and not _ENV_NAME.fullmatch(e["api_key_env"]):
             fail("'api_key_env' is the NAME of an environment variable, e.g. OPENAI_API_KEY")
+        if e["api_key_env"] and not api_key_env_allowed(e["api_key_env"]):
+            fail(
+                f"'api_key_env' {e['api_key_env']!r} is not allowed: name a variable that "
+                f"matches SLUICE_UPSTREAM_KEY_ENV ({', '.join(settings.SLUICE_UPSTREAM_KEY_ENV)})"
+            )
     elif section == "deployments":
         if not 1 <= e["max_concurrency"] <= 100_000:
             fail("'max_concurrency' must be between 1 and 100000")

@@ -6,6 +6,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import policy
 from accounts.services import SYSTEM, Actor, admin_action_record, snapshot_of
 from routing.models import Deployment
 
@@ -36,6 +37,7 @@ def deployment_drain(
 ) -> Deployment:
     """Take a deployment out of service for `minutes` (a drill: traffic flows down the
     chain), or bring it back (None). Every worker sees it within the catalog's few seconds."""
+    policy.staff_check(actor=actor, what="drain a deployment")
     deployment = _deployment(name)
     if minutes is not None and not 0 < minutes <= MAX_DRAIN.total_seconds() / 60:
         raise RoutingError("a drain lasts more than 0 minutes and at most one week")
@@ -61,6 +63,7 @@ def deployment_drain(
 
 def deployment_set_enabled(*, name: str, enabled: bool, actor: Actor = SYSTEM) -> Deployment:
     """A disabled deployment leaves every chain until it is enabled again."""
+    policy.staff_check(actor=actor, what="enable or disable a deployment")
     deployment = _deployment(name)
     if deployment.enabled == enabled:
         return deployment
@@ -83,6 +86,7 @@ def config_apply(*, text: str, actor: Actor = SYSTEM, dry_run: bool = False) -> 
     say what would change). Returns the `ConfigDiff`; raises ConfigError for a bad file."""
     from routing.config_export import config_diff
 
+    policy.staff_check(actor=actor, what="apply a config file")
     with transaction.atomic():
         diff = config_diff(text, apply=not dry_run)
         if not dry_run and diff.changed:

@@ -217,6 +217,7 @@ def e2e_config(
 class GatewayHandle:
     url: str  # base URL without /v1
     max_body_bytes: int
+    pid: int = 0  # uvicorn's process (one worker: the process that serves)
 
 
 def _gateway(
@@ -234,6 +235,9 @@ def _gateway(
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_MAX_BODY_BYTES": str(max_body),
         "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
+        # The browser tests log in often from one address (throttling: tests/accounts).
+        "SLUICE_LOGIN_RATE_ADDRESS": "1000/m",
+        "SLUICE_LOGIN_RATE_ACCOUNT": "1000/m",
         # Breakers opened by an earlier run must not be seen by this one.
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
         **(extra_env or {}),
@@ -258,7 +262,7 @@ def _gateway(
         env=env,
         stderr=stderr,
     )
-    yield GatewayHandle(f"http://127.0.0.1:{port}", max_body)
+    yield GatewayHandle(f"http://127.0.0.1:{port}", max_body, proc.pid)
     _stop(proc)
 
 

@@ -329,3 +329,25 @@ def test_schema_and_docs_are_served_without_a_cdn(client: Any) -> None:
         assert "https://" not in html and "//cdn" not in html, page
     asset = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert asset.status_code == 200
+
+
+def test_usage_csv_neutralises_formula_cells_like_the_consoles() -> None:
+    """A member email, key name or deployment name is chosen by people: one that starts
+    like a formula must reach the spreadsheet as text."""
+    import csv
+    import io
+
+    from api.views_reports import CSVRenderer
+    from quotas.usage_report import COLUMNS
+
+    row = {"label": '=HYPERLINK("http://evil")@x.test'} | {attr: 1 for attr, _ in COLUMNS}
+    totals = {"label": "Total"} | {attr: 1 for attr, _ in COLUMNS}
+    rows = [row, {**row, "label": "+cmd|' /C calc'!A0"}, {**row, "label": "@SUM(A1)"}, totals]
+    text = CSVRenderer().render({"group_by": "member", "rows": rows[:-1], "totals": totals})
+    labels = [line[0] for line in csv.reader(io.StringIO(text.decode()))][1:]
+    assert labels == [
+        '\'=HYPERLINK("http://evil")@x.test',
+        "'+cmd|' /C calc'!A0",
+        "'@SUM(A1)",
+        "Total",
+    ]

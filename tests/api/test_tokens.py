@@ -145,3 +145,35 @@ def test_admin_lists_and_revokes_tokens_through_the_service(team: Team, client: 
     assert token.revoked_at is not None
     action = AdminAction.objects.get(action="management_token.revoke")
     assert action.via == "console" and action.actor_label == "root@example.com"
+
+
+@pytest.mark.parametrize("email", ["shared@example.com", ""])
+def test_a_token_made_from_the_session_is_bound_to_that_user_not_to_its_email(
+    team: Team, email: str
+) -> None:
+    """Emails are not unique in Django's user table (and may be blank): the token must act
+    as the user who is logged in, never as an older account that shares the email."""
+    from rest_framework.test import APIClient
+
+    User = get_user_model()
+    User.objects.create_user("root-account", email=email, is_staff=True)
+    member = member_ensure(email="dev@t1.test", team=team)
+    member.user.email = email
+    member.user.save(update_fields=["email"])
+    client = APIClient()
+    client.force_login(member.user)
+    response = client.post("/api/v1/tokens/", {"name": "mine"}, format="json")
+    assert response.status_code == 201, response.content
+    token = ManagementToken.objects.get(prefix=response.json()["prefix"])
+    assert token.user_id == member.user.pk
+    assert not viewer_for_token(token).is_staff
+
+
+def test_a_command_naming_an_email_two_users_share_is_refused() -> None:
+    User = get_user_model()
+    for name in ("a", "b"):
+        User.objects.create_user(name, email="twice@example.com")
+    with pytest.raises(AccountError, match="more than one user"):
+        management_token_issue(actor=SYSTEM, user_email="twice@example.com")
+    with pytest.raises(AccountError, match="no active user"):
+        management_token_issue(actor=SYSTEM, user_email="  ")

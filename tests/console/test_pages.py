@@ -332,3 +332,22 @@ def test_team_admin_cannot_deactivate_or_demote_a_staff_member_of_their_team(peo
     staff.refresh_from_db()
     staff_member.refresh_from_db()
     assert staff.is_active and staff_member.role == "admin"
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["https://evil.example/", "//evil.example/x", "http://evil.example", "/\\evil.example"],
+)
+def test_drain_never_redirects_off_the_console(people, target):
+    client = _client(people, "staff")
+    response = client.post(
+        "/deployments/big/drain/", {"minutes": "15", "reason": "drill", "next": target}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == "/deployments/", response["Location"]
+
+
+def test_drain_returns_to_a_console_page_it_was_sent_from(people):
+    client = _client(people, "staff")
+    response = client.post("/deployments/big/drain/", {"minutes": "15", "next": "/board/"})
+    assert response["Location"] == "/board/"

@@ -409,11 +409,11 @@ def test_api_key_env_stores_the_variable_name_never_the_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     secret = "sk-live-THIS-IS-THE-SECRET-0123456789"
-    monkeypatch.setenv("SIMULATOR_API_KEY", secret)
+    monkeypatch.setenv("SLUICE_UPSTREAM_SIMULATOR", secret)
     raw = demo()
-    raw["upstreams"][0]["api_key_env"] = "SIMULATOR_API_KEY"
+    raw["upstreams"][0]["api_key_env"] = "SLUICE_UPSTREAM_SIMULATOR"
     apply_raw(raw)
-    assert Upstream.objects.get(name="simulator").api_key_env == "SIMULATOR_API_KEY"
+    assert Upstream.objects.get(name="simulator").api_key_env == "SLUICE_UPSTREAM_SIMULATOR"
     assert secret not in repr(snapshot())
 
 
@@ -431,11 +431,52 @@ def test_api_key_env_that_is_not_a_variable_name_is_refused(value: str) -> None:
     assert snapshot() == snapshot_empty()
 
 
-@pytest.mark.parametrize("value", ["OPENAI_API_KEY", "_PRIVATE", "key2"])
+@pytest.mark.parametrize(
+    "value", ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SLUICE_UPSTREAM_OPENAI", "SLUICE_UPSTREAM_x2"]
+)
 def test_api_key_env_variable_names_are_accepted(value: str) -> None:
     raw = demo()
     raw["upstreams"][0]["api_key_env"] = value
     assert validate_config(raw)["upstreams"][0]["api_key_env"] == value
+
+
+@pytest.mark.parametrize(
+    "value", ["DATABASE_URL", "SLUICE_SECRET_KEY", "REDIS_URL", "HOME", "_PRIVATE", "AWS_SECRET"]
+)
+def test_api_key_env_outside_the_allowed_names_is_refused(value: str) -> None:
+    """Whoever applies config picks the host the key is sent to: Sluice's own secrets (and
+    any variable not meant as an upstream key) must never be one."""
+    raw = demo()
+    raw["upstreams"][0]["api_key_env"] = value
+    with pytest.raises(ConfigError, match=r"'api_key_env' .* is not allowed.*SLUICE_UPSTREAM_\*"):
+        validate_config(raw)
+    assert snapshot() == snapshot_empty()
+
+
+def test_the_allowed_names_are_configurable_but_never_include_sluices_secrets(
+    settings: Any,
+) -> None:
+    from routing.config_file import api_key_env_allowed
+
+    settings.SLUICE_UPSTREAM_KEY_ENV = ["MY_KEY", "SLUICE_*", "DATABASE_*"]
+    assert api_key_env_allowed("MY_KEY") and api_key_env_allowed("SLUICE_UPSTREAM_A")
+    assert not api_key_env_allowed("OPENAI_API_KEY")
+    assert not api_key_env_allowed("SLUICE_SECRET_KEY")
+    assert not api_key_env_allowed("DATABASE_URL")
+
+
+def test_an_upstream_naming_a_forbidden_variable_is_called_without_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row edited past the config file (the Django admin) is checked where the key is
+    read: the variable is never read, so never sent."""
+    from routing.catalog import _upstream_key
+
+    monkeypatch.setenv("SLUICE_SECRET_KEY", "the-secret")
+    monkeypatch.setenv("SLUICE_UPSTREAM_OK", "sk-upstream")
+    assert _upstream_key("SLUICE_SECRET_KEY") is None
+    assert _upstream_key("SLUICE_UPSTREAM_OK") == "sk-upstream"
+    assert _upstream_key("") is None
 
 
 @pytest.mark.parametrize("value", ["1PASSWORD", "9f3a7c0e5b2d4a8e", "KLÜCH"])

@@ -1,0 +1,120 @@
+"""Batch files through the official SDK: OpenAI's `expires_after`, and each application's
+share of the storage (SLUICE_BATCH_APP_MAX_FILES, SLUICE_BATCH_APP_MAX_BYTES)."""
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from django.utils import timezone
+
+from tests.conftest import GatewayHandle, _gateway
+from tests.e2e.conftest import chat_lines, jsonl
+
+MAX_FILES = 3
+MAX_BYTES = 4000
+
+
+@pytest.fixture(scope="module")
+def quota_gateway(
+    e2e_database: str, batch_apps: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[GatewayHandle, Path]]:
+    files_dir = tmp_path_factory.mktemp("quota-files")
+    env = {
+        "SLUICE_BATCH_FILES_DIR": str(files_dir),
+        "SLUICE_BATCH_APP_MAX_FILES": str(MAX_FILES),
+        "SLUICE_BATCH_APP_MAX_BYTES": str(MAX_BYTES),
+        "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+    }
+    for handle in _gateway(e2e_database, extra_env=env):
+        yield handle, files_dir
+
+
+@pytest.fixture
+def client_for(
+    quota_gateway: tuple[GatewayHandle, Path], issue_key: Callable[..., Any]
+) -> Callable[[str], openai.OpenAI]:
+    def make(application: str) -> openai.OpenAI:
+        from accounts.models import Application
+        from batches.models import BatchFile
+
+        BatchFile.objects.filter(application=Application.objects.get(slug=application)).delete()
+        key = issue_key(application=application)
+        return openai.OpenAI(
+            base_url=f"{quota_gateway[0].url}/v1", api_key=key.plaintext, max_retries=0
+        )
+
+    return make
+
+
+def _upload(client: openai.OpenAI, n: int = 2, **kwargs: Any) -> Any:
+    return client.files.create(file=("b.jsonl", jsonl(chat_lines(n))), purpose="batch", **kwargs)
+
+
+def test_expires_after_is_kept_and_an_expired_file_is_gone(
+    client_for: Callable[[str], openai.OpenAI], quota_gateway: tuple[GatewayHandle, Path]
+) -> None:
+    from batches.models import BatchFile
+
+    client = client_for("nightly")
+    made = _upload(client, expires_after={"anchor": "created_at", "seconds": 3600})
+    assert made.expires_at == made.created_at + 3600
+    default = _upload(client)
+    assert default.expires_at == default.created_at + 30 * 24 * 3600  # OpenAI's default
+    # An hour later (the clock moved by hand): gone from the API at once, and its storage
+    # freed by the application's next upload.
+    stored = quota_gateway[1] / BatchFile.objects.get(pk=made.id).storage_name
+    assert stored.exists()
+    BatchFile.objects.filter(pk=made.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(made.id)
+    assert made.id not in [f.id for f in client.files.list()]
+    _upload(client)
+    assert not stored.exists() and not BatchFile.objects.filter(pk=made.id).exists()
+
+
+@pytest.mark.parametrize(
+    "expires_after",
+    [
+        {"anchor": "created_at", "seconds": 60},
+        {"anchor": "created_at", "seconds": 40 * 24 * 3600},
+        {"anchor": "last_active_at", "seconds": 3600},
+    ],
+)
+def test_a_bad_expires_after_is_a_400_naming_it(
+    client_for: Callable[[str], openai.OpenAI], expires_after: dict[str, Any]
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        _upload(client_for("nightly"), expires_after=expires_after)
+    assert refused.value.body["param"] == "expires_after"
+
+
+def test_an_application_keeps_at_most_its_quota_of_files(
+    client_for: Callable[[str], openai.OpenAI],
+) -> None:
+    client = client_for("batchapp")
+    made = [_upload(client, 1) for _ in range(MAX_FILES)]
+    with pytest.raises(openai.BadRequestError) as refused:
+        _upload(client, 1)
+    assert refused.value.body["code"] == "file_quota_exceeded"
+    assert f"limit of {MAX_FILES}" in refused.value.body["message"]
+    # Another application has its own share; deleting a file makes room.
+    _upload(client_for("limited"), 1)
+    client.files.delete(made[0].id)
+    _upload(client, 1)
+
+
+def test_an_application_keeps_at_most_its_quota_of_bytes(
+    client_for: Callable[[str], openai.OpenAI],
+) -> None:
+    client = client_for("batchapp")
+    first = _upload(client, 10)  # about 1.3 KB
+    assert first.bytes < MAX_BYTES / 2
+    _upload(client, 10)
+    with pytest.raises(openai.BadRequestError) as refused:
+        _upload(client, 10)
+    assert refused.value.body["code"] == "file_quota_exceeded"
+    assert f"limit of {MAX_BYTES}" in refused.value.body["message"]
