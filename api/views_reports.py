@@ -141,6 +141,9 @@ class CallList(NoOptions, APIView):
             stream=q.get("stream"),
             fell_back=q.get("fell_back"),
             min_latency_ms=q.get("min_latency_ms"),
+            client_protocol=q.get("client_protocol", ""),
+            upstream_protocol=q.get("upstream_protocol", ""),
+            user_agent=q.get("user_agent", ""),
             **ids,
         )
         try:

@@ -30,7 +30,7 @@ from routing.call_explorer import (
     call_rows,
     call_timeline,
 )
-from routing.models import Outcome
+from routing.models import Outcome, Upstream
 
 FILTER_PARAMS = (
     "since",
@@ -46,6 +46,8 @@ FILTER_PARAMS = (
     "stream",
     "fell_back",
     "min_latency",
+    "client_protocol",
+    "user_agent",
 )
 
 
@@ -106,6 +108,8 @@ def parse_filters(params: Any, viewer: Viewer, zone: ZoneInfo) -> CallFilter:
         stream=_yes_no(p["stream"], "streaming"),
         fell_back=_yes_no(p["fell_back"], "fell back"),
         min_latency_ms=min_latency,
+        client_protocol=p["client_protocol"],
+        user_agent=p["user_agent"],
     )
 
 
@@ -129,6 +133,7 @@ def call_list(request: HttpRequest) -> HttpResponse:
         "zone": zone,
         "outcomes": Outcome.values,
         "priorities": PriorityClass.values,
+        "protocols": Upstream.Kind.values,
         "may_pick_member": viewer.can_manage,
         "teams": list(teams_visible_to(viewer).values_list("slug", flat=True))
         if viewer.is_staff

@@ -41,6 +41,9 @@ class CallFilter:
     stream: bool | None = None
     fell_back: bool | None = None
     min_latency_ms: float | None = None
+    client_protocol: str = ""
+    upstream_protocol: str = ""
+    user_agent: str = ""  # the start of it: `codex_cli_rs`, `claude-cli`
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) in (None, "") for f in fields(self))
@@ -79,6 +82,12 @@ def calls_matching(*, viewer: Viewer, filters: CallFilter) -> QuerySet[CallRecor
         qs = qs.filter(fell_back=f.fell_back)
     if f.min_latency_ms is not None:
         qs = qs.filter(latency_ms__gte=f.min_latency_ms)
+    if f.client_protocol:
+        qs = qs.filter(client_protocol=f.client_protocol)
+    if f.upstream_protocol:
+        qs = qs.filter(upstream_protocol=f.upstream_protocol)
+    if f.user_agent:
+        qs = qs.filter(user_agent__startswith=f.user_agent)
     return qs
 
 
@@ -200,6 +209,10 @@ CSV_COLUMNS = (
     "ttfb_ms",
     "queue_ms",
     "error_message",
+    "client_protocol",
+    "upstream_protocol",
+    "degraded",
+    "user_agent",
 )
 
 

@@ -192,6 +192,11 @@ class CallRecord(models.Model):
         help_text="What crossing protocol kinds changed or left out, one field a line.",
     )
     user_agent = models.CharField(max_length=200, blank=True, db_index=True)
+
+    @property
+    def degraded_fields(self) -> list[str]:
+        return self.degraded.splitlines()
+
     upstream_protocol = models.CharField(
         max_length=16, blank=True, help_text="The kind of the upstream that served it."
     )
