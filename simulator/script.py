@@ -22,7 +22,9 @@ from typing import Any
 
 _RUN = re.compile(r"\brun:\s*(.+?)\s*$", re.S)
 _SHELL_NAMES = ("Bash", "shell", "exec_command", "shell_command", "local_shell", "bash")
-_ERROR_MARKS = ("[tool error]", "exit code: 1", "Exit code 1", 'exit_code": 1')
+# How a failed command reads in a tool's result: Sluice's marker after a translation, or
+# the agents' own wording (Claude Code "Exit code 2", Codex "Process exited with code 2").
+_FAILED = re.compile(r"\[tool error\]|exit(?:ed)?(?: with)? code [1-9]", re.I)
 TOOL_CALL_ID = "call_sim_1"
 
 
@@ -69,8 +71,8 @@ def _shell_call(command: str, tools: list[tuple[str, dict[str, Any]]]) -> ToolCa
 
 
 def _result(text: str, failed: bool) -> Reply:
-    failed = failed or any(mark in text for mark in _ERROR_MARKS)
-    return Reply(("tool failed: " if failed else "tool said: ") + text.strip()[:200])
+    failed = failed or _FAILED.search(text) is not None
+    return Reply(("tool failed: " if failed else "tool said: ") + text.strip()[:400])
 
 
 def _from_prompt(text: str, tools: list[tuple[str, dict[str, Any]]]) -> Turn | None:
@@ -80,8 +82,20 @@ def _from_prompt(text: str, tools: list[tuple[str, dict[str, Any]]]) -> Turn | N
     return _shell_call(found.group(1).splitlines()[0], tools)
 
 
+def _conversation(items: Any) -> list[Any]:
+    """The turns without trailing system messages (Claude Code sends one after the user's
+    prompt; Codex may end with a developer message)."""
+    turns = list(items) if isinstance(items, list) else []
+    while turns and isinstance(turns[-1], dict) and turns[-1].get("role") in (
+        "system",
+        "developer",
+    ):
+        turns.pop()
+    return turns
+
+
 def chat_turn(req: dict[str, Any]) -> Turn | None:
-    messages = req.get("messages") or []
+    messages = _conversation(req.get("messages"))
     if not messages or not isinstance(messages[-1], dict):
         return None
     last = messages[-1]
@@ -98,7 +112,7 @@ def chat_turn(req: dict[str, Any]) -> Turn | None:
 
 
 def messages_turn(req: dict[str, Any]) -> Turn | None:
-    messages = req.get("messages") or []
+    messages = _conversation(req.get("messages"))
     if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
         return None
     content = messages[-1].get("content")
@@ -119,6 +133,7 @@ def responses_turn(req: dict[str, Any]) -> Turn | None:
     items = req.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
+    items = _conversation(items)
     if not isinstance(items, list) or not items or not isinstance(items[-1], dict):
         return None
     last = items[-1]
