@@ -86,9 +86,14 @@ def _conversation(items: Any) -> list[Any]:
     """The turns without trailing system messages (Claude Code sends one after the user's
     prompt; Codex may end with a developer message)."""
     turns = list(items) if isinstance(items, list) else []
-    while turns and isinstance(turns[-1], dict) and turns[-1].get("role") in (
-        "system",
-        "developer",
+    while (
+        turns
+        and isinstance(turns[-1], dict)
+        and turns[-1].get("role")
+        in (
+            "system",
+            "developer",
+        )
     ):
         turns.pop()
     return turns
