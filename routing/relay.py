@@ -129,10 +129,20 @@ class StreamRelay:
             self.stream.attempt.error_class = error_class.value
             outcome, status = Outcome.UPSTREAM_ERROR, 502
             message = f"The upstream stream broke off ({error_class.value})."
-            event = error_body(message, type="server_error", code="stream_interrupted")
-            yield b"data: " + event + b"\n\n"
+            yield self._broken_off(message)
         finally:
             self._settle(outcome, status, message)
+
+    def _broken_off(self, message: str) -> bytes:
+        """The event that ends a stream cut short, in the shape the client reads."""
+        if isinstance(self.tap, NativeTap) and self.tap.kind == "anthropic":
+            error = {"type": "error", "error": {"type": "api_error", "message": message}}
+            return b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"
+        event = error_body(message, type="server_error", code="stream_interrupted")
+        if isinstance(self.tap, NativeTap):  # Responses: an `error` event
+            detail = {"type": "error", "code": "stream_interrupted", "message": message}
+            return b"event: error\ndata: " + json.dumps(detail).encode() + b"\n\n"
+        return b"data: " + event + b"\n\n"
 
     def _settle(self, outcome: str, status: int, message: str) -> None:
         if self._settled:
