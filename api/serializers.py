@@ -453,6 +453,16 @@ class CallOut(serializers.Serializer):
     user_agent = serializers.CharField()
 
 
+class AgentRowOut(serializers.Serializer):
+    agent = serializers.CharField(help_text="the user agent's product, e.g. claude-cli")
+    route = serializers.CharField()
+    client_protocol = serializers.CharField()
+    upstream_protocol = serializers.CharField()
+    calls = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    degraded = serializers.IntegerField(help_text="calls translated with something left out")
+
+
 class CallDetailOut(CallOut):
     attempts = AttemptOut(many=True)
 

@@ -233,3 +233,51 @@ def call_rows(
         if len(rows) < batch:
             return
         position = (rows[-1][1], rows[-1][0])
+
+
+# --- Which agents call what --------------------------------------------------------------
+
+
+@dataclass
+class AgentRow:
+    agent: str  # the user agent's product: `claude-cli`, `codex_exec`, `OpenAI/Python`, …
+    route: str
+    client_protocol: str
+    upstream_protocol: str
+    calls: int
+    failed: int
+    degraded: int  # calls translated with something left out or changed
+
+
+def agent_product(user_agent: str) -> str:
+    """`claude-cli/2.1.332 (external, sdk-cli)` → `claude-cli`; no user agent → `-`."""
+    return user_agent.split("/", 1)[0].split(" ", 1)[0][:60] or "-"
+
+
+def agents_calling(*, viewer: Viewer, filters: CallFilter) -> list[AgentRow]:
+    """Matching calls grouped by agent, route and the two protocols, most calls first."""
+    from django.db.models import Count
+
+    grouped = (
+        calls_matching(viewer=viewer, filters=filters)
+        .order_by()
+        .values("user_agent", "requested_model", "client_protocol", "upstream_protocol")
+        .annotate(
+            calls=Count("pk"),
+            failed=Count("pk", filter=~Q(outcome=Outcome.SUCCESS)),
+            degraded=Count("pk", filter=~Q(degraded="")),
+        )
+    )
+    rows: dict[tuple[str, str, str, str], AgentRow] = {}
+    for g in grouped[:10_000]:
+        key = (
+            agent_product(g["user_agent"]),
+            g["requested_model"],
+            g["client_protocol"],
+            g["upstream_protocol"],
+        )
+        row = rows.setdefault(key, AgentRow(*key, calls=0, failed=0, degraded=0))
+        row.calls += g["calls"]
+        row.failed += g["failed"]
+        row.degraded += g["degraded"]
+    return sorted(rows.values(), key=lambda r: (-r.calls, r.agent, r.route))

@@ -355,3 +355,15 @@ def test_calls_show_and_filter_protocols_what_was_degraded_and_the_agent(
     assert not admin.get("/api/v1/calls/?user_agent=codex_cli_rs").json()["results"]
     plain = admin.get("/api/v1/calls/?client_protocol=openai").json()["results"]
     assert plain and all(c["degraded"] == [] for c in plain)
+    agents = admin.get("/api/v1/calls/agents/").json()
+    assert {
+        "agent": "claude-cli",
+        "route": "fast",
+        "client_protocol": "anthropic",
+        "upstream_protocol": "openai",
+        "calls": 1,
+        "failed": 0,
+        "degraded": 1,
+    } in agents
+    member = client_as("member").get("/api/v1/calls/agents/?client_protocol=anthropic").json()
+    assert [r["agent"] for r in member] == ["claude-cli"]
