@@ -48,9 +48,9 @@ async def close_sessions() -> None:
 OPENAI_ACCOUNT_HEADERS = ("openai-organization", "openai-project", "openai-beta")
 # A Messages client's protocol headers, passed on with its body to an Anthropic deployment.
 ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
-# What an upstream says about its answer that an OpenAI client reads (the SDK's
-# `_request_id`), passed back as they came.
-PASSED_BACK = ("x-request-id", "openai-processing-ms")
+# What an upstream says about its answer that its SDK reads (OpenAI's `_request_id`,
+# Anthropic's `request-id`), passed back as they came.
+PASSED_BACK = ("x-request-id", "openai-processing-ms", "request-id")  # request-id: Anthropic
 
 
 def account_headers(headers: Mapping[str, str]) -> dict[str, str]:

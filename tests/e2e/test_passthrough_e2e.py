@@ -83,7 +83,8 @@ class Capture:
         anthropic_path = request.path.endswith("/messages")
         if not stream:
             body = ANTHROPIC_ANSWER if anthropic_path else RESPONSES_ANSWER
-            return web.Response(body=body, content_type="application/json")
+            headers = {"request-id": "req_upstream_1"}
+            return web.Response(body=body, content_type="application/json", headers=headers)
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         events = ANTHROPIC_STREAM if anthropic_path else RESPONSES_STREAM
@@ -259,14 +260,16 @@ def test_a_messages_body_reaches_an_anthropic_deployment_byte_for_byte(
         key,
         "messages",
         MESSAGES_RAW,
-        **{"anthropic-beta": beta, "anthropic-version": "2023-06-01"},
+        **{"anthropic-beta": beta, "anthropic-version": "2023-06-01", "x-api-key": key},
     )
     assert response.status_code == 200
     assert response.content == ANTHROPIC_ANSWER  # the answer as it came
     path, headers, raw = capture.seen[-1]
     assert (path, raw) == ("/v1/messages", MESSAGES_RAW)
     assert headers["anthropic-beta"] == beta and headers["anthropic-version"] == "2023-06-01"
-    assert "authorization" not in {k.lower() for k in headers}  # the client's key stays here
+    # The client's key stays here (this upstream has none of its own configured).
+    assert not {"authorization", "x-api-key"} & {k.lower() for k in headers}
+    assert response.headers["request-id"] == "req_upstream_1"
     record = call_record(response.headers["x-sluice-request-id"])
     assert (record.client_protocol, record.upstream_protocol) == ("anthropic", "anthropic")
     assert (record.tokens_in, record.tokens_out, record.degraded) == (16, 3, "")
