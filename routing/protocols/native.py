@@ -86,7 +86,13 @@ def with_fields(raw: bytes, fields: dict[str, Any]) -> bytes:
 
 def native_bytes(native: NativeBody, model: str) -> bytes:
     """The body for the deployment: the client's, with the deployment's model name."""
-    return with_fields(native.raw, {"model": model, **native.overrides})
+    fields = {"model": model, **native.overrides}
+    try:
+        return with_fields(native.raw, fields)
+    except (ValueError, IndexError, RecursionError):
+        # Read as JSON already (routing/payloads.py), so this is not expected; should the
+        # scanner ever disagree with json.loads, the body goes re-encoded rather than not.
+        return json.dumps({**json.loads(native.raw), **fields}).encode()
 
 
 class NativeTap:

@@ -394,3 +394,14 @@ def test_a_native_request_reads_only_what_the_path_needs():
             ANTHROPIC.parse(None, bad)
         assert refused.value.param == param
     assert dataclasses.is_dataclass(request)
+
+
+def test_a_body_the_scanner_cannot_follow_still_goes_with_its_fields(monkeypatch):
+    import routing.protocols.native as native_module
+
+    def confused(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
+        raise ValueError("confused")
+
+    monkeypatch.setattr(native_module, "_spans", confused)
+    out = native_bytes(NativeBody("anthropic", b'{"model":"r","x":[1]}'), "real")
+    assert json.loads(out) == {"model": "real", "x": [1]}
