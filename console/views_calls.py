@@ -25,6 +25,7 @@ from routing.call_explorer import (
     CSV_COLUMNS,
     CallFilter,
     ExplorerError,
+    agents_calling,
     call_find,
     call_page,
     call_rows,
@@ -142,6 +143,11 @@ def call_list(request: HttpRequest) -> HttpResponse:
     }
     try:
         filters = parse_filters(params, viewer, zone)
+        if params.get("view") == "agents":  # which agents call what, for the same filters
+            query = {k: params[k] for k in FILTER_PARAMS if params.get(k)}
+            agents = agents_calling(viewer=viewer, filters=filters)
+            context |= {"agents": agents, "filter_query": query}
+            return render(request, "console/calls/list.html", context)
         page = call_page(viewer=viewer, filters=filters, cursor=params.get("cursor") or None)
     except ExplorerError as exc:
         return render(request, "console/calls/list.html", context | {"error": str(exc)}, status=400)

@@ -249,3 +249,6 @@ def test_a_call_page_shows_protocols_what_was_degraded_and_the_agent(people):
     listed = client.get("/calls/?since=&user_agent=codex_exec").content.decode()
     assert log.request_id in listed
     assert log.request_id not in client.get("/calls/?since=&user_agent=claude-cli").content.decode()
+    grouped = client.get("/calls/?since=&view=agents").content.decode()
+    assert 'data-testid="agent-row"' in grouped and "<code>codex_exec</code>" in grouped
+    assert "openai-responses → openai" in grouped
