@@ -118,6 +118,7 @@ class NativeTap:
         self.usage: dict[str, Any] | None = None
         self.chunks = 0
         self.error: dict[str, Any] | None = None
+        self._failing: dict[str, Any] | None = None  # a Responses `error` event, not yet final
         self._buffer = b""
 
     def feed(self, data: bytes) -> bytes:
@@ -131,6 +132,8 @@ class NativeTap:
         rest, self._buffer = self._buffer, b""
         if rest.strip():
             self._watch(rest)
+        if self.error is None and self._failing is not None:
+            self.error = self._failing
         return b""
 
     def _watch(self, event: bytes) -> None:
@@ -153,14 +156,16 @@ class NativeTap:
             self._merge(message.get("usage"))
         elif kind == "message_delta":
             self._merge(payload.get("usage"))
-        elif kind == "error" or kind == "response.failed":
+        elif kind == "error" and self.kind == ANTHROPIC_KIND:
             error = payload.get("error")
-            if kind == "response.failed":
-                error = (payload.get("response") or {}).get("error") or error
-            if isinstance(error, dict):
-                self.error = error
-            elif kind == "error":  # Responses: the fields are on the event itself
-                self.error = {"message": payload.get("message"), "code": payload.get("code")}
+            self.error = error if isinstance(error, dict) else {"message": str(error)}
+        elif kind == "error":
+            # Responses: `response.failed` follows and ends the stream; until then (or the
+            # stream's end) the relay goes on, so the client gets both.
+            self._failing = {"message": payload.get("message"), "code": payload.get("code")}
+        elif kind == "response.failed":
+            error = (payload.get("response") or {}).get("error")
+            self.error = error if isinstance(error, dict) else self._failing or {}
         elif isinstance(kind, str) and kind.startswith("response."):
             response = payload.get("response") or {}
             self.model = str(response.get("model") or self.model)

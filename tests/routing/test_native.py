@@ -102,11 +102,17 @@ def test_the_native_tap_sees_an_error_event_in_either_protocol():
     )
     assert tap.error == {"type": "overloaded_error", "message": "Overloaded"}
     tap = NativeTap("openai-responses")
+    tap.feed(b'data: {"type":"error","code":"server_error","message":"x"}\n\n')
+    assert tap.error is None  # the relay goes on to relay `response.failed` too
     tap.feed(
         b'data: {"type":"response.failed","response":'
         b'{"error":{"code":"server_error","message":"x"}}}\n\n'
     )
     assert tap.error == {"code": "server_error", "message": "x"}
+    tap = NativeTap("openai-responses")
+    tap.feed(b'data: {"type":"error","code":"server_error","message":"y"}\n\n')
+    tap.flush()  # the stream ended without `response.failed`
+    assert tap.error == {"message": "y", "code": "server_error"}
     tap = NativeTap("openai-responses")
     tap.feed(
         b'data: {"type":"response.completed","response":{"model":"g",'
