@@ -118,7 +118,8 @@ def native_sim() -> Iterator[SimulatorHandle]:
     yield from _simulator(
         "--model", "claude-n:8:anthropic", "--model", "claude-n-full:0:anthropic",
         "--model", "gpt-r:8:openai-responses", "--model", "gpt-r-full:0:openai-responses",
-        "--model", "gpt-c:8",
+        "--model", "gpt-c:8", "--model", "claude-cut:8:anthropic",
+        "--fault", "claude-cut:stream_cut=1",
     )  # fmt: skip
 
 
@@ -161,6 +162,12 @@ def catalog(
                 "breaker_threshold": 0,
             },
             {"name": "n-chat", "upstream": "n-chat", "model": "gpt-c"},
+            {
+                "name": "n-claude-cut",
+                "upstream": "n-anthropic",
+                "model": "claude-cut",
+                "breaker_threshold": 0,
+            },
             {"name": "cap-a", "upstream": "cap-a", "model": "cap-a"},
             {"name": "cap-a-renamed", "upstream": "cap-a", "model": "upstream-claude"},
             {"name": "cap-r", "upstream": "cap-r", "model": "cap-r"},
@@ -178,6 +185,7 @@ def catalog(
             {"name": "n-full", "chain": ["n-claude-full", "n-resp-full"], "timeout_seconds": 2},
             {"name": "n-stateful", "chain": ["n-chat", "n-resp"]},
             {"name": "n-chat-to-resp", "chain": ["n-resp"]},
+            {"name": "n-claude-cut", "chain": ["n-claude-cut"]},
         ],
         "applications": [
             {
@@ -196,6 +204,7 @@ def catalog(
                     "n-full",
                     "n-stateful",
                     "n-chat-to-resp",
+                    "n-claude-cut",
                 ],
             }
         ],
@@ -437,3 +446,23 @@ def test_a_chat_client_on_a_responses_deployment_is_translated_there_and_back(ga
     assert answer.choices[0].message.content.startswith("tok")
     chunks = list(gpt.chat.completions.create(model="n-chat-to-resp", messages=HI, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("tok")
+
+
+def test_a_native_stream_cut_short_ends_with_an_error_event_the_sdk_reads(
+    gateway, key, call_record
+):
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    raw = claude.messages.with_raw_response.create(
+        model="n-claude-cut", max_tokens=16, messages=HI, stream=True
+    )
+    request_id = raw.headers["x-sluice-request-id"]
+    with pytest.raises(anthropic.APIError) as broken:
+        for _ in raw.parse():
+            pass
+    assert "broke off" in str(broken.value)
+    record = call_record(request_id)
+    assert (record.outcome, record.status_code, record.upstream_protocol) == (
+        "upstream_error",
+        502,
+        "anthropic",
+    )
