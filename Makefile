@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench
+.PHONY: run test lint format bench agents
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,3 +31,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
+
+# The coding agents the end-to-end tests drive (Codex CLI, Claude Code), pinned, into .agents/
+agents:
+	tests/e2e/agents/install.sh

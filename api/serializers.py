@@ -396,6 +396,13 @@ class CallQuery(StrictSerializer):
     stream = serializers.BooleanField(required=False)
     fell_back = serializers.BooleanField(required=False)
     min_latency_ms = serializers.FloatField(min_value=0, max_value=1e9, required=False)
+    client_protocol = serializers.CharField(
+        max_length=16, required=False, help_text="openai, anthropic, openai-responses"
+    )
+    upstream_protocol = serializers.CharField(max_length=16, required=False)
+    user_agent = serializers.CharField(
+        max_length=200, required=False, help_text="its start, e.g. codex_cli_rs or claude-cli"
+    )
     cursor = serializers.CharField(max_length=500, required=False, help_text="from `next`")
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
 
@@ -436,6 +443,24 @@ class CallOut(serializers.Serializer):
     cost = serializers.DecimalField(max_digits=16, decimal_places=8)
     latency_ms = serializers.FloatField()
     ttfb_ms = serializers.FloatField(allow_null=True)
+    client_protocol = serializers.CharField(help_text="the protocol the client spoke")
+    upstream_protocol = serializers.CharField(help_text="the kind of the upstream that served")
+    degraded = serializers.ListField(
+        child=serializers.CharField(),
+        source="degraded_fields",
+        help_text="what crossing protocol kinds changed or left out, one entry a field",
+    )
+    user_agent = serializers.CharField()
+
+
+class AgentRowOut(serializers.Serializer):
+    agent = serializers.CharField(help_text="the user agent's product, e.g. claude-cli")
+    route = serializers.CharField()
+    client_protocol = serializers.CharField()
+    upstream_protocol = serializers.CharField()
+    calls = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    degraded = serializers.IntegerField(help_text="calls translated with something left out")
 
 
 class CallDetailOut(CallOut):

@@ -21,6 +21,7 @@ router.register("calls", views_reports.CallViewSet, basename="call")
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
 
 urlpatterns = [
+    path("calls/agents/", views_reports.CallAgents.as_view(), name="call-agents"),
     path("", include(router.urls)),
     path("limits/", views_routing.LimitList.as_view(), name="limit-list"),
     path("limits/<str:scope>/<str:name>/", views_routing.LimitDetail.as_view(), name="limit"),

@@ -28,6 +28,7 @@ from quotas.usage_report import COLUMNS, ReportError, period_for, team_zone, usa
 from routing.call_explorer import (
     CallFilter,
     ExplorerError,
+    agents_calling,
     call_find,
     call_page,
     call_timeline,
@@ -121,6 +122,43 @@ class UsageReportView(NoOptions, APIView):
         )
 
 
+class CallAgents(NoOptions, APIView):
+    @extend_schema(
+        operation_id="calls_agents",
+        parameters=[s.CallQuery],
+        responses={200: s.AgentRowOut(many=True)},
+    )
+    def get(self, request: Request) -> Response:
+        """Which agents call what: the matching calls (the call explorer's filters) grouped
+        by user agent, route and client and upstream protocol."""
+        query = s.CallQuery(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        q = dict(query.validated_data)
+        viewer = viewer_of(request)
+        filters = _call_filter(q, _scope_ids(viewer, q))
+        rows = agents_calling(viewer=viewer, filters=filters)
+        return Response([s.AgentRowOut(r).data for r in rows])
+
+
+def _call_filter(q: dict[str, Any], ids: dict[str, Any]) -> CallFilter:
+    return CallFilter(
+        since=q.get("since"),
+        until=q.get("until"),
+        key_prefix=q.get("key", ""),
+        route=q.get("model", ""),
+        deployment=q.get("deployment", ""),
+        outcome=q.get("outcome", ""),
+        priority=q.get("priority", ""),
+        stream=q.get("stream"),
+        fell_back=q.get("fell_back"),
+        min_latency_ms=q.get("min_latency_ms"),
+        client_protocol=q.get("client_protocol", ""),
+        upstream_protocol=q.get("upstream_protocol", ""),
+        user_agent=q.get("user_agent", ""),
+        **ids,
+    )
+
+
 class CallList(NoOptions, APIView):
     """Calls in the caller's scope through the call explorer (routing/call_explorer.py):
     its filters, newest first, a keyset cursor (`next`)."""
@@ -134,19 +172,7 @@ class CallList(NoOptions, APIView):
         q = dict(query.validated_data)
         viewer = viewer_of(request)
         ids = _scope_ids(viewer, q)
-        filters = CallFilter(
-            since=q.get("since"),
-            until=q.get("until"),
-            key_prefix=q.get("key", ""),
-            route=q.get("model", ""),
-            deployment=q.get("deployment", ""),
-            outcome=q.get("outcome", ""),
-            priority=q.get("priority", ""),
-            stream=q.get("stream"),
-            fell_back=q.get("fell_back"),
-            min_latency_ms=q.get("min_latency_ms"),
-            **ids,
-        )
+        filters = _call_filter(q, ids)
         try:
             page = call_page(
                 viewer=viewer, filters=filters, cursor=q.get("cursor"), size=q["limit"]

@@ -9,8 +9,9 @@ throw-away SQLite database, then prints:
     and streaming (16 chunks) chat completions;
   - overhead: with 100 ms simulator latency, requests/s and p50/p99 latency direct and
     through Sluice, and the added p50/p99.
-  - protocols: the gateway's CPU per call when the client or the upstream speaks Anthropic's
-    Messages (translated both ways), side by side with OpenAI on both sides.
+  - protocols: the gateway's CPU per call for each pair of client and upstream protocol
+    (chat, Messages, Responses): translated both ways when they differ, passed through when
+    they are the same, side by side with OpenAI on both sides.
 The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process).
 """
 
@@ -47,6 +48,18 @@ max_concurrency = 100000
 name = "zero-anthropic"
 chain = ["zero-anthropic"]
 [[upstreams]]
+name = "sim0r"
+kind = "openai-responses"
+base_url = "http://127.0.0.1:{zero}/v1"
+[[deployments]]
+name = "zero-responses"
+upstream = "sim0r"
+model = "r"
+max_concurrency = 100000
+[[routes]]
+name = "zero-responses"
+chain = ["zero-responses"]
+[[upstreams]]
 name = "sim100"
 base_url = "http://127.0.0.1:{slow}/v1"
 [[deployments]]
@@ -70,7 +83,7 @@ slug = "bench"
 [[applications]]
 slug = "bench"
 team = "bench"
-routes = ["zero", "slow", "zero-anthropic"]
+routes = ["zero", "slow", "zero-anthropic", "zero-responses"]
 [[members]]
 email = "bench@example.com"
 team = "bench"
@@ -127,6 +140,8 @@ class Run:
         body = {**CHAT, "model": model, **extra}
         if path == "/v1/messages":
             body["max_tokens"] = 16
+        if path == "/v1/responses":
+            body = {"model": model, "input": CHAT["messages"], **extra}
         return measure(
             port,
             body,
@@ -172,8 +187,11 @@ def protocols(run: Run, rounds: int = 2) -> None:
         "openai → openai": ("/v1/chat/completions", "zero"),
         "openai → anthropic": ("/v1/chat/completions", "zero-anthropic"),
         "anthropic → openai": ("/v1/messages", "zero"),
-        "anthropic → anthropic": ("/v1/messages", "zero-anthropic"),
+        "anthropic → anthropic": ("/v1/messages", "zero-anthropic"),  # passed through
+        "responses → openai": ("/v1/responses", "zero"),
+        "responses → responses": ("/v1/responses", "zero-responses"),  # passed through
     }
+    print("  (same protocol on both sides: passed through; otherwise translated both ways)")
     print(f"  {'client → upstream':24}{'':14}{'Sluice req/s':>14}{'CPU ms/req':>12}{'added':>9}")
     for label, extra in (("plain", {}), ("streaming", {"stream": True})):
         cpu: dict[str, list[float]] = {pair: [] for pair in pairs}
@@ -246,7 +264,8 @@ def main() -> None:
 
     with stack() as s:
         zero = s.simulator(
-            "--model", "m:100000", "--model", "c:100000:anthropic", "--output-tokens", "16"
+            "--model", "m:100000", "--model", "c:100000:anthropic",
+            "--model", "r:100000:openai-responses", "--output-tokens", "16",
         )  # fmt: skip
         slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
         zero_port, slow_port = (int(url.rsplit(":", 1)[1]) for url in (zero, slow))

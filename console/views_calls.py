@@ -25,12 +25,13 @@ from routing.call_explorer import (
     CSV_COLUMNS,
     CallFilter,
     ExplorerError,
+    agents_calling,
     call_find,
     call_page,
     call_rows,
     call_timeline,
 )
-from routing.models import Outcome
+from routing.models import Outcome, Upstream
 
 FILTER_PARAMS = (
     "since",
@@ -46,6 +47,8 @@ FILTER_PARAMS = (
     "stream",
     "fell_back",
     "min_latency",
+    "client_protocol",
+    "user_agent",
 )
 
 
@@ -106,6 +109,8 @@ def parse_filters(params: Any, viewer: Viewer, zone: ZoneInfo) -> CallFilter:
         stream=_yes_no(p["stream"], "streaming"),
         fell_back=_yes_no(p["fell_back"], "fell back"),
         min_latency_ms=min_latency,
+        client_protocol=p["client_protocol"],
+        user_agent=p["user_agent"],
     )
 
 
@@ -129,6 +134,7 @@ def call_list(request: HttpRequest) -> HttpResponse:
         "zone": zone,
         "outcomes": Outcome.values,
         "priorities": PriorityClass.values,
+        "protocols": Upstream.Kind.values,
         "may_pick_member": viewer.can_manage,
         "teams": list(teams_visible_to(viewer).values_list("slug", flat=True))
         if viewer.is_staff
@@ -137,6 +143,11 @@ def call_list(request: HttpRequest) -> HttpResponse:
     }
     try:
         filters = parse_filters(params, viewer, zone)
+        if params.get("view") == "agents":  # which agents call what, for the same filters
+            query = {k: params[k] for k in FILTER_PARAMS if params.get(k)}
+            agents = agents_calling(viewer=viewer, filters=filters)
+            context |= {"agents": agents, "filter_query": query}
+            return render(request, "console/calls/list.html", context)
         page = call_page(viewer=viewer, filters=filters, cursor=params.get("cursor") or None)
     except ExplorerError as exc:
         return render(request, "console/calls/list.html", context | {"error": str(exc)}, status=400)

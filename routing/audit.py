@@ -93,6 +93,8 @@ class CallLog:
     cache: str = ""  # the response cache: hit, miss or bypass ("" : the application has none)
     client_protocol: str = "openai"  # the shape the client spoke (routing/protocols/)
     upstream_protocol: str = ""  # the kind of the upstream that served it
+    degraded: list[str] = field(default_factory=list)  # what crossing kinds changed
+    user_agent: str = ""
 
     @property
     def attempt_count(self) -> int:
@@ -143,6 +145,8 @@ class CallLog:
                 "cache": self.cache,
                 "client_protocol": self.client_protocol,
                 "upstream_protocol": self.upstream_protocol,
+                "degraded": "\n".join(self.degraded)[:4000],
+                "user_agent": self.user_agent[:200],
             }
         )
 

@@ -41,6 +41,9 @@ class CallFilter:
     stream: bool | None = None
     fell_back: bool | None = None
     min_latency_ms: float | None = None
+    client_protocol: str = ""
+    upstream_protocol: str = ""
+    user_agent: str = ""  # the start of it: `codex_cli_rs`, `claude-cli`
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) in (None, "") for f in fields(self))
@@ -79,6 +82,12 @@ def calls_matching(*, viewer: Viewer, filters: CallFilter) -> QuerySet[CallRecor
         qs = qs.filter(fell_back=f.fell_back)
     if f.min_latency_ms is not None:
         qs = qs.filter(latency_ms__gte=f.min_latency_ms)
+    if f.client_protocol:
+        qs = qs.filter(client_protocol=f.client_protocol)
+    if f.upstream_protocol:
+        qs = qs.filter(upstream_protocol=f.upstream_protocol)
+    if f.user_agent:
+        qs = qs.filter(user_agent__startswith=f.user_agent)
     return qs
 
 
@@ -200,6 +209,10 @@ CSV_COLUMNS = (
     "ttfb_ms",
     "queue_ms",
     "error_message",
+    "client_protocol",
+    "upstream_protocol",
+    "degraded",
+    "user_agent",
 )
 
 
@@ -220,3 +233,51 @@ def call_rows(
         if len(rows) < batch:
             return
         position = (rows[-1][1], rows[-1][0])
+
+
+# --- Which agents call what --------------------------------------------------------------
+
+
+@dataclass
+class AgentRow:
+    agent: str  # the user agent's product: `claude-cli`, `codex_exec`, `OpenAI/Python`, …
+    route: str
+    client_protocol: str
+    upstream_protocol: str
+    calls: int
+    failed: int
+    degraded: int  # calls translated with something left out or changed
+
+
+def agent_product(user_agent: str) -> str:
+    """`claude-cli/2.1.332 (external, sdk-cli)` → `claude-cli`; no user agent → `-`."""
+    return user_agent.split("/", 1)[0].split(" ", 1)[0][:60] or "-"
+
+
+def agents_calling(*, viewer: Viewer, filters: CallFilter) -> list[AgentRow]:
+    """Matching calls grouped by agent, route and the two protocols, most calls first."""
+    from django.db.models import Count
+
+    grouped = (
+        calls_matching(viewer=viewer, filters=filters)
+        .order_by()
+        .values("user_agent", "requested_model", "client_protocol", "upstream_protocol")
+        .annotate(
+            calls=Count("pk"),
+            failed=Count("pk", filter=~Q(outcome=Outcome.SUCCESS)),
+            degraded=Count("pk", filter=~Q(degraded="")),
+        )
+    )
+    rows: dict[tuple[str, str, str, str], AgentRow] = {}
+    for g in grouped[:10_000]:
+        key = (
+            agent_product(g["user_agent"]),
+            g["requested_model"],
+            g["client_protocol"],
+            g["upstream_protocol"],
+        )
+        row = rows.setdefault(key, AgentRow(*key, calls=0, failed=0, degraded=0))
+        row.calls += g["calls"]
+        row.failed += g["failed"]
+        row.degraded += g["degraded"]
+    return sorted(rows.values(), key=lambda r: (-r.calls, r.agent, r.route))

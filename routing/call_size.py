@@ -49,7 +49,7 @@ def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
     ceiling = principal.max_tokens_ceiling
     if ceiling is None:
         return
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         asked = request.body.get(name)
         if asked is not None and asked > ceiling:
             if not principal.clamp_max_tokens:
@@ -58,6 +58,17 @@ def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
                     param=name,
                 )
             request.body[name] = ceiling
+    native = request.native
+    if native is not None and request.translated:
+        # The client's own body, for deployments of its kind, is clamped the same way.
+        name = "max_output_tokens" if native.kind == "openai-responses" else "max_tokens"
+        asked = request.body.get("max_tokens")
+        if asked is not None:
+            native.overrides[name] = asked
+    elif native is not None:
+        for name in ("max_tokens", "max_output_tokens"):
+            if request.body.get(name) is not None:
+                native.overrides[name] = request.body[name]
 
 
 def estimated_tokens(principal: Principal, request: ClientRequest, raw_size: int) -> int:
@@ -68,7 +79,10 @@ def estimated_tokens(principal: Principal, request: ClientRequest, raw_size: int
         return prompt
     body = request.body
     out = (
-        body.get("max_completion_tokens") or body.get("max_tokens") or principal.default_max_tokens
+        body.get("max_completion_tokens")
+        or body.get("max_tokens")
+        or body.get("max_output_tokens")
+        or principal.default_max_tokens
     )
     out = min(out, principal.max_tokens_ceiling or out)
     return prompt + out * (body.get("n") or 1)

@@ -67,6 +67,7 @@ class RouteSpec:
     name: str
     chain: tuple[DeploymentSpec, ...]  # enabled deployments, in order
     policy: RetryPolicy
+    translation: str = "degrade"  # Route.Translation: a call crossing kinds degrades or not
 
 
 def _load() -> dict[str, RouteSpec]:
@@ -113,7 +114,9 @@ def _load() -> dict[str, RouteSpec]:
             backoff_cap=route.backoff_cap,
             retry_after_cap=route.retry_after_cap,
         )
-        routes[route.name] = RouteSpec(name=route.name, chain=tuple(chain), policy=policy)
+        routes[route.name] = RouteSpec(
+            name=route.name, chain=tuple(chain), policy=policy, translation=route.translation
+        )
     return routes
 
 

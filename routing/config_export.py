@@ -41,6 +41,7 @@ _ROUTE_FIELDS = (
     "backoff_base",
     "backoff_cap",
     "retry_after_cap",
+    "translation",
 )
 _APP_FIELDS = (
     "default_priority",

@@ -100,6 +100,7 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "backoff_base": (_NUM, False, 1.0),
         "backoff_cap": (_NUM, False, 30.0),
         "retry_after_cap": (_NUM, False, 30.0),
+        "translation": ((str,), False, "degrade"),
     },
     "teams": {
         "slug": ((str,), True, None),
@@ -296,6 +297,8 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
                 fail("backoff must satisfy 0 <= backoff_base <= backoff_cap <= 600")
             if not 0 <= e["retry_after_cap"] <= 600:
                 fail("'retry_after_cap' must be between 0 and 600 seconds")
+            if e["translation"] not in Route.Translation.values:
+                fail(f"'translation' must be one of {', '.join(Route.Translation.values)}")
         if section == "applications" and e["default_priority"] not in PriorityClass.values:
             fail(f"'default_priority' must be one of {', '.join(PriorityClass.values)}")
         if section == "applications" and e["fallback"] not in Fallback.values:

@@ -7,12 +7,13 @@ from core.outcomes import Outcome
 
 
 class Upstream(models.Model):
-    """An LLM API of one kind (OpenAI-compatible chat completions, or Anthropic's Messages).
-    Its key is read from the environment, never stored."""
+    """An LLM API of one kind (OpenAI-compatible chat completions, Anthropic's Messages, or
+    OpenAI's Responses). Its key is read from the environment, never stored."""
 
     class Kind(models.TextChoices):
         OPENAI = "openai", "OpenAI-compatible"
         ANTHROPIC = "anthropic", "Anthropic Messages"
+        OPENAI_RESPONSES = "openai-responses", "OpenAI Responses"
 
     name = models.SlugField(unique=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OPENAI)
@@ -83,6 +84,18 @@ class Route(models.Model):
     backoff_cap = models.FloatField(default=30.0)
     retry_after_cap = models.FloatField(
         default=30.0, help_text="An upstream Retry-After longer than this moves on instead."
+    )
+
+    class Translation(models.TextChoices):
+        DEGRADE = "degrade", "Degrade by the documented rules"
+        STRICT = "strict", "Refuse what has no equivalent"
+
+    translation = models.CharField(
+        max_length=8,
+        choices=Translation.choices,
+        default=Translation.DEGRADE,
+        help_text="A call crossing protocol kinds: degrade what has no equivalent on the "
+        "other side (recorded on the call), or refuse it naming the field.",
     )
     deployments = models.ManyToManyField(
         Deployment, through="RouteDeployment", related_name="routes"
@@ -174,6 +187,16 @@ class CallRecord(models.Model):
     client_protocol = models.CharField(
         max_length=16, default="openai", help_text="The protocol the client spoke."
     )
+    degraded = models.TextField(
+        blank=True,
+        help_text="What crossing protocol kinds changed or left out, one field a line.",
+    )
+    user_agent = models.CharField(max_length=200, blank=True, db_index=True)
+
+    @property
+    def degraded_fields(self) -> list[str]:
+        return self.degraded.splitlines()
+
     upstream_protocol = models.CharField(
         max_length=16, blank=True, help_text="The kind of the upstream that served it."
     )

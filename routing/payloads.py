@@ -21,15 +21,34 @@ class Endpoint(StrEnum):
 
 
 @dataclass
+class NativeBody:
+    """A client's body in its own protocol, sent as it came to a deployment whose kind
+    speaks that protocol (routing/protocols/native.py): only the top-level fields in
+    `overrides` (the deployment's model name, a clamped token ceiling) are rewritten."""
+
+    kind: str  # the upstream kind that takes it untouched: "anthropic", "openai-responses"
+    raw: bytes
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class ClientRequest:
     endpoint: Endpoint
-    body: dict[str, Any]
+    body: dict[str, Any]  # chat-completions shape, or the native body while untranslated
     model: str
     stream: bool
     wants_usage: bool  # the client itself asked for the usage chunk of a stream
     # The client's OpenAI account headers (OpenAI-Organization, …), for upstreams set to
-    # receive them.
+    # receive them, and its anthropic-version / anthropic-beta, for a native Anthropic call.
     account_headers: dict[str, str] = field(default_factory=dict)
+    # A Messages or Responses request: its own body, for deployments of its own kind.
+    native: NativeBody | None = None
+    translated: bool = False  # `body` holds the chat translation of `native`
+    degraded: list[str] = field(default_factory=list)  # what the translation changed
+
+    def passes_through(self, kind: str) -> bool:
+        """A deployment of this kind takes the client's own body and answers in its shape."""
+        return self.native is not None and self.native.kind == kind
 
 
 _NUMBER = (int, float)
@@ -142,8 +161,7 @@ def load_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_body(endpoint: Endpoint, body: dict[str, Any]) -> ClientRequest:
-    """Check a request body already read (and perhaps translated) as JSON."""
+def _model_of(body: dict[str, Any]) -> str:
     model = body.get("model")
     if model is None:
         raise bad_request("You must provide a model parameter.", param="model")
@@ -151,6 +169,41 @@ def parse_body(endpoint: Endpoint, body: dict[str, Any]) -> ClientRequest:
         raise bad_request("'model' must be a non-empty string.", param="model")
     if _unstorable(model) or len(model) > 200:
         raise bad_request("'model' is not a valid model name.", param="model")
+    return model
+
+
+# What the request path reads of a native body besides the model (the rest is the
+# upstream's to judge): the stream flag and the answer's token ceiling.
+_NATIVE_FIELDS = {
+    "stream": ((bool,), "a boolean"),
+    "max_tokens": ((int,), "an integer"),
+    "max_output_tokens": ((int,), "an integer"),
+}
+
+
+def native_request(kind: str, raw: bytes, body: dict[str, Any], required: str) -> ClientRequest:
+    """A Messages or Responses body read for passthrough: its model, stream flag and token
+    ceiling checked, `required` (messages, input) present; nothing else looked at."""
+    model = _model_of(body)
+    for name, (types, readable) in _NATIVE_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise bad_request(f"'{name}' must be {readable}.", param=name)
+        if name != "stream" and value < 1:
+            raise bad_request(f"'{name}' must be at least 1.", param=name)
+        _check_range("max_tokens" if name != "stream" else name, value)
+    if body.get(required) is None:
+        raise bad_request(f"You must provide '{required}'.", param=required)
+    stream = bool(body.get("stream"))
+    native = NativeBody(kind, raw)
+    return ClientRequest(Endpoint.CHAT, body, model, stream, True, native=native)
+
+
+def parse_body(endpoint: Endpoint, body: dict[str, Any]) -> ClientRequest:
+    """Check a request body already read (and perhaps translated) as JSON."""
+    model = _model_of(body)
 
     for name, value in body.items():
         spec = _COMMON_FIELDS.get(name)
@@ -223,9 +276,27 @@ def _require_text_or_list(body: dict[str, Any], field: str) -> None:
         raise bad_request(f"'{field}' may hold at most {MAX_INPUTS} items.", param=field)
 
 
+class UpstreamBody(bytes):
+    """The chat body for a deployment of another kind (empty when the request was never
+    translated), carrying the client's native body for a deployment of its own kind
+    (routing/upstream.py picks one by the deployment's kind)."""
+
+    native: NativeBody | None = None
+    model: str = ""
+
+
 def upstream_body(request: ClientRequest, upstream_model: str) -> bytes:
     """The body to send a deployment: its own model name, and usage always asked for on
     streams so tokens are known even when the client did not ask."""
+    if request.native is not None:
+        chat = _chat_body(request, upstream_model) if request.translated else b""
+        out = UpstreamBody(chat)
+        out.native, out.model = request.native, upstream_model
+        return out
+    return _chat_body(request, upstream_model)
+
+
+def _chat_body(request: ClientRequest, upstream_model: str) -> bytes:
     body = dict(request.body, model=upstream_model)
     if request.stream:
         body["stream_options"] = {
@@ -233,3 +304,17 @@ def upstream_body(request: ClientRequest, upstream_model: str) -> bytes:
             "include_usage": True,
         }
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def sniff_model(raw: bytes) -> tuple[str, bool]:
+    """The model and stream flag of a body refused before it was read as a request (for
+    the audit): whatever can be read, else ("", False)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return "", False
+    if not isinstance(body, dict):
+        return "", False
+    model = body.get("model")
+    name = model[:200] if isinstance(model, str) and not _unstorable(model) else ""
+    return name, body.get("stream") is True

@@ -1,12 +1,14 @@
 """The request path, top to bottom.
 
-key → member, application, priority → request body → route → fallback policy and deadline
-→ limits → the chain walk (routing/chain.py: for each deployment, a slot now or a place in
-its queue → upstream call → classify → answer, retry or next) → tokens and cost → audit
-record → response.
-Each step lives in its own module; this one only puts them in order. A client protocol other
-than OpenAI's (routing/protocols/) translates the body into a chat request at the start and
-the answer (or error) back at the end; nothing in between sees its shape.
+key → member, application, priority → request body → route → the shape it travels in →
+fallback policy and deadline → limits → the chain walk (routing/chain.py: for each
+deployment, a slot now or a place in its queue → upstream call → classify → answer, retry or
+next) → tokens and cost → audit record → response.
+Each step lives in its own module; this one only puts them in order. A client speaking
+Messages or Responses is read only for its model, stream flag and token ceiling; its body
+goes as it came to deployments of its own kind and their answers come back untouched
+(routing/protocols/native.py). Only a chain that crosses kinds gets the body translated to a
+chat request (routing/translation.py) and the answer (or error) translated back at the end.
 """
 
 import asyncio
@@ -27,13 +29,13 @@ from routing.catalog import RouteSpec, catalog
 from routing.chain import ChainWalk
 from routing.completion import complete
 from routing.deployment_state import listen_for_changes
-from routing.payloads import ClientRequest, Endpoint
+from routing.payloads import ClientRequest, Endpoint, sniff_model
 from routing.policy import deadline_for, fallback_for
 from routing.protocols import OPENAI, ClientProtocol, TranslatedStream
-from routing.protocols.anthropic_upstream import check_request
 from routing.relay import OpenStream, StreamRelay, settle_usage
 from routing.response_cache import HIT, cache_lookup, cache_store
 from routing.slot_policy import claim_for
+from routing.translation import shape_for
 from routing.upstream import account_headers, passed_back
 
 log = logging.getLogger("sluice.proxy")
@@ -65,6 +67,7 @@ async def serve(
     and ends as 503 `preempted` (the runner runs the line again)."""
     listen_for_changes()
     call.client_protocol = protocol.name
+    call.user_agent = request.headers.get("user-agent", "")
     try:
         if principal is None:
             principal = await authenticate(presented_key(request.headers))
@@ -73,7 +76,8 @@ async def serve(
         client_request.account_headers = account_headers(request.headers)
         call.requested_model, call.stream = client_request.model, client_request.stream
         route = await _route_for(principal, client_request.model)
-        check_request(route, client_request)  # what an Anthropic deployment cannot take
+        route = shape_for(route, protocol, client_request)  # native, or chat when crossing
+        call.degraded = client_request.degraded
         call.priority = priority_for(
             application_default=principal.default_priority,
             requested=request.headers.get("x-sluice-priority"),
@@ -105,6 +109,7 @@ async def serve(
         result = cache.answer or await walk.run()  # a hit: no slot, no upstream attempt
     except GatewayError as error:
         call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
+        _refused(call, request.body)
         complete(call)
         return _stamp(_error_response(error, protocol), call)
     except DatabaseError:
@@ -137,9 +142,10 @@ async def serve(
     call.upstream_protocol = result.deployment.upstream.kind
     first = route.chain[0].name if route.chain else None
     call.fell_back = call.cache != HIT and first is not None and result.deployment.name != first
+    native = client_request.passes_through(call.upstream_protocol)
     if isinstance(result, OpenStream):
         relay = StreamRelay(call, result, client_request)
-        translator = protocol.stream(client_request)
+        translator = None if native else protocol.stream(client_request)
         body = relay if translator is None else TranslatedStream(relay, translator)
         response = StreamingHttpResponse(body, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
@@ -161,7 +167,7 @@ async def serve(
         await cache_store(cache, result)
         call.upstream_model = str(result.payload.get("model") or "")
         call.finish(outcome=Outcome.SUCCESS, status=200)
-        if protocol.translates:
+        if protocol.translates and not native:
             content = protocol.answer(result.payload, client_request)
     else:
         call.finish(
@@ -169,12 +175,28 @@ async def serve(
             status=result.status,
             error_message=error_message(result.body),
         )
-        content = protocol.error(result.status, result.body)
+        content = result.body if native else protocol.error(result.status, result.body)
     complete(call)
     return _stamp(
         HttpResponse(content, status=result.status, content_type="application/json"),
         call,
         result.headers,
+    )
+
+
+def _refused(call: CallLog, raw: bytes) -> None:
+    """A call refused before the chain walk: one log line, and what it asked for on its
+    audit row also when its body could not be read as a whole."""
+    if not call.requested_model and raw:
+        call.requested_model, call.stream = sniff_model(raw)
+    log.info(
+        "%s: refused %s (%s %s, model %r): %s",
+        call.request_id,
+        call.status_code,
+        call.client_protocol,
+        call.user_agent[:80] or "no user agent",
+        call.requested_model[:80],
+        call.error_message[:200],
     )
 
 

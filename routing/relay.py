@@ -18,6 +18,7 @@ from routing.classify import mentions_capacity
 from routing.completion import complete
 from routing.deployment_state import Result
 from routing.payloads import ClientRequest
+from routing.protocols.native import NativeTap
 from routing.slot_policy import weighted_tokens
 from routing.stream_tap import StreamTap, data_of
 from routing.upstream import UpstreamError, transport_error_class
@@ -73,7 +74,13 @@ class StreamRelay:
 
     def __init__(self, call: CallLog, stream: OpenStream, request: ClientRequest) -> None:
         self.call, self.stream, self.request = call, stream, request
-        self.tap = StreamTap(forward_usage=request.wants_usage)
+        kind = stream.deployment.upstream.kind
+        # A deployment of the client's own protocol: its events go on as they came.
+        self.tap: StreamTap | NativeTap = (
+            NativeTap(kind)
+            if request.passes_through(kind)
+            else StreamTap(forward_usage=request.wants_usage)
+        )
         self._started = False
         self._settled = False
 
@@ -122,10 +129,20 @@ class StreamRelay:
             self.stream.attempt.error_class = error_class.value
             outcome, status = Outcome.UPSTREAM_ERROR, 502
             message = f"The upstream stream broke off ({error_class.value})."
-            event = error_body(message, type="server_error", code="stream_interrupted")
-            yield b"data: " + event + b"\n\n"
+            yield self._broken_off(message)
         finally:
             self._settle(outcome, status, message)
+
+    def _broken_off(self, message: str) -> bytes:
+        """The event that ends a stream cut short, in the shape the client reads."""
+        if isinstance(self.tap, NativeTap) and self.tap.kind == "anthropic":
+            error = {"type": "error", "error": {"type": "api_error", "message": message}}
+            return b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"
+        event = error_body(message, type="server_error", code="stream_interrupted")
+        if isinstance(self.tap, NativeTap):  # Responses: an `error` event
+            detail = {"type": "error", "code": "stream_interrupted", "message": message}
+            return b"event: error\ndata: " + json.dumps(detail).encode() + b"\n\n"
+        return b"data: " + event + b"\n\n"
 
     def _settle(self, outcome: str, status: int, message: str) -> None:
         if self._settled:
@@ -158,9 +175,18 @@ class StreamRelay:
 
 
 def usage_tokens(usage: Any) -> tuple[int, int] | None:
-    """Tokens in and out from an upstream's `usage` object (None when there is none)."""
+    """Tokens in and out from an upstream's `usage` object (None when there is none), in
+    any protocol's shape: chat's prompt/completion tokens, or Messages' and Responses'
+    input/output tokens (Messages counts cache reads and writes apart: added in, so quotas
+    and cost count every token read)."""
     if not isinstance(usage, dict):
         return None
+    if "input_tokens" in usage and "prompt_tokens" not in usage:
+        read = _count(usage.get("cache_read_input_tokens"))
+        written = _count(usage.get("cache_creation_input_tokens"))
+        return _count(usage.get("input_tokens")) + read + written, _count(
+            usage.get("output_tokens")
+        )
     return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
 
 
@@ -176,7 +202,8 @@ def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
 def estimated_usage(request: ClientRequest, chunks: int) -> dict[str, int]:
     """When a stream ends before its usage chunk: about 4 characters a prompt token, one
     token per content chunk relayed."""
-    text = json.dumps(request.body.get("messages") or request.body.get("prompt") or "")
+    body = request.body
+    text = json.dumps(body.get("messages") or body.get("prompt") or body.get("input") or "")
     return {"prompt_tokens": len(text) // 4 + 1, "completion_tokens": chunks}
 
 

@@ -6,6 +6,8 @@ an answer is never shared across applications. Only deterministic requests are c
 temperature 0 or a `seed` (embeddings always), no tools or functions declared (Sluice cannot
 tell which have side effects); every other request goes upstream. Answers are stored from
 non-streamed calls; a streamed request that hits is replayed (routing/cache_replay.py).
+A Messages or Responses call on a route with a deployment of its own kind bypasses it (its
+answer there is passed through in that protocol's shape, not chat's).
 
 One interface, two backends: an LRU in process (no REDIS_URL) and Redis (shared by every
 worker), both capped in bytes. A cache that fails is a miss, never a failed call.
@@ -102,7 +104,8 @@ async def cache_lookup(
     still in the route's chain (a chain changed since then misses)."""
     if ttl <= 0:
         return CacheStep()
-    if not wanted(request, cache_control):
+    native = any(request.passes_through(d.upstream.kind) for d in route.chain)
+    if native or not wanted(request, cache_control):
         return CacheStep(BYPASS)
     key = cache_key(route=route.name, application_id=application_id, request=request)
     cached = await response_cache().get(key)

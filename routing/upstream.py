@@ -13,7 +13,8 @@ import aiohttp
 
 from routing.catalog import DeploymentSpec
 from routing.classify import ErrorClass
-from routing.protocols import anthropic_upstream
+from routing.protocols import anthropic_upstream, responses_upstream
+from routing.protocols.native import NATIVE_PATHS, native_bytes
 
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
@@ -45,13 +46,16 @@ async def close_sessions() -> None:
 
 # A client's OpenAI account headers, passed on only to upstreams configured to take them.
 OPENAI_ACCOUNT_HEADERS = ("openai-organization", "openai-project", "openai-beta")
-# What an upstream says about its answer that an OpenAI client reads (the SDK's
-# `_request_id`), passed back as they came.
-PASSED_BACK = ("x-request-id", "openai-processing-ms")
+# A Messages client's protocol headers, passed on with its body to an Anthropic deployment.
+ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
+# What an upstream says about its answer that its SDK reads (OpenAI's `_request_id`,
+# Anthropic's `request-id`), passed back as they came.
+PASSED_BACK = ("x-request-id", "openai-processing-ms", "request-id")  # request-id: Anthropic
 
 
 def account_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {name: headers[name] for name in OPENAI_ACCOUNT_HEADERS if headers.get(name)}
+    names = OPENAI_ACCOUNT_HEADERS + ANTHROPIC_HEADERS
+    return {name: headers[name] for name in names if headers.get(name)}
 
 
 def passed_back(headers: Mapping[str, str]) -> dict[str, str]:
@@ -72,6 +76,25 @@ async def open_response(
     timeout = aiohttp.ClientTimeout(
         total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
     )
+    native = getattr(body, "native", None)
+    if native is not None and native.kind == upstream.kind:
+        # The client's own protocol: its body as it came, the answer as it comes.
+        return await _post(
+            f"{upstream.base_url}/{NATIVE_PATHS[upstream.kind]}",
+            native_bytes(native, deployment.model),
+            _native_headers(deployment, client_headers or {}),
+            timeout,
+        )
+    if upstream.kind == responses_upstream.KIND:
+        # OpenAI's Responses API for a chat request: translated there and back.
+        chat = json.loads(body)
+        response = await _post(
+            f"{upstream.base_url}/responses",
+            responses_upstream.responses_body(chat),
+            _openai_headers(deployment, client_headers),
+            timeout,
+        )
+        return responses_upstream.ResponsesResponse(response, bool(chat.get("stream")))  # type: ignore[return-value]
     if upstream.kind == anthropic_upstream.KIND:
         # Anthropic's Messages API: the chat request translated, the answer read as chat.
         chat = json.loads(body)
@@ -83,12 +106,32 @@ async def open_response(
         )
         stream = bool(chat.get("stream"))
         return anthropic_upstream.MessagesResponse(response, stream)  # type: ignore[return-value]
+    headers = _openai_headers(deployment, client_headers)
+    return await _post(f"{upstream.base_url}/{path}", body, headers, timeout)
+
+
+def _openai_headers(
+    deployment: DeploymentSpec, client_headers: Mapping[str, str] | None
+) -> dict[str, str]:
+    upstream = deployment.upstream
     headers = {"content-type": "application/json", "accept": "application/json"}
     if client_headers and upstream.forward_openai_headers:
         headers |= {k: v for k, v in client_headers.items() if k in OPENAI_ACCOUNT_HEADERS}
     if upstream.api_key:
         headers["authorization"] = f"Bearer {upstream.api_key}"
-    return await _post(f"{upstream.base_url}/{path}", body, headers, timeout)
+    return headers
+
+
+def _native_headers(
+    deployment: DeploymentSpec, client_headers: Mapping[str, str]
+) -> dict[str, str]:
+    """A native call's headers: the upstream's own key (never the client's), and for
+    Anthropic the client's anthropic-version and anthropic-beta as they came."""
+    if deployment.upstream.kind != anthropic_upstream.KIND:
+        return _openai_headers(deployment, client_headers)
+    headers = anthropic_upstream.messages_headers(deployment)
+    headers |= {k: v for k, v in client_headers.items() if k in ANTHROPIC_HEADERS}
+    return headers
 
 
 async def _post(

@@ -58,15 +58,48 @@ def _usage(usage: dict[str, Any] | None) -> dict[str, int]:
     }
 
 
-def message_of(chat: dict[str, Any]) -> dict[str, Any]:
+THINKING_TEXT = "Thinking it over (simulated)."
+THINKING_SIGNATURE = "sim-signature"
+
+
+def wants_thinking(req: dict[str, Any]) -> bool:
+    """The request asked for thinking (enabled or adaptive): the answer opens with a
+    thinking block, as Claude's do."""
+    thinking = req.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        arguments = {}
+    return {
+        "type": "tool_use",
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "input": arguments,
+    }
+
+
+def message_of(chat: dict[str, Any], thinking: bool = False) -> dict[str, Any]:
     choice = (chat.get("choices") or [{}])[0]
-    text = (choice.get("message") or {}).get("content") or ""
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if thinking:
+        content.append(
+            {"type": "thinking", "thinking": THINKING_TEXT, "signature": THINKING_SIGNATURE}
+        )
+    if message.get("content") or not message.get("tool_calls"):
+        content.append({"type": "text", "text": message.get("content") or ""})
+    content.extend(_tool_use(call) for call in message.get("tool_calls") or ())
     return {
         "id": "msg_" + str(chat.get("id", "")).removeprefix("chatcmpl-"),
         "type": "message",
         "role": "assistant",
         "model": chat.get("model"),
-        "content": [{"type": "text", "text": text}],
+        "content": content,
         "stop_reason": _STOP.get(choice.get("finish_reason") or "", "end_turn"),
         "stop_sequence": None,
         "usage": _usage(chat.get("usage")),
@@ -78,9 +111,10 @@ class MessagesOut:
     method whose object has the server's transport, so dropped-connection faults still
     reach it (simulator.wire.transport_of)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, thinking: bool = False) -> None:
         self._send = send
         self.transport = transport_of(send)
+        self._thinking = thinking
         self._status = 200
         self._headers: list = []
         self._stream = False
@@ -88,6 +122,8 @@ class MessagesOut:
         self._body = b""
         self._started = False
         self._finish = "stop"
+        self._block = -1  # index of the open content block
+        self._open = ""  # its type ("" : none open)
 
     async def send(self, message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -124,7 +160,7 @@ class MessagesOut:
         except ValueError:
             return self._status, body  # the `garbage` fault stays garbage
         if self._status == 200 and isinstance(payload, dict) and "choices" in payload:
-            return 200, json_bytes(message_of(payload))
+            return 200, json_bytes(message_of(payload, self._thinking))
         status, kind = _ERRORS.get(self._status, (self._status, "api_error"))
         error = payload.get("error") if isinstance(payload, dict) else None
         message = str((error or {}).get("message", ""))
@@ -149,6 +185,23 @@ class MessagesOut:
             out.append(self._chunk(chunk))
         return b"".join(out)
 
+    def _start_block(self, block: dict[str, Any]) -> bytes:
+        out = self._stop_block()
+        self._block += 1
+        self._open = block["type"]
+        start = {"type": "content_block_start", "index": self._block, "content_block": block}
+        return out + _event("content_block_start", start)
+
+    def _stop_block(self) -> bytes:
+        if not self._open:
+            return b""
+        self._open = ""
+        return _event("content_block_stop", {"type": "content_block_stop", "index": self._block})
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        data = {"type": "content_block_delta", "index": self._block, "delta": delta}
+        return _event("content_block_delta", data)
+
     def _chunk(self, chunk: dict[str, Any]) -> bytes:
         out = b""
         if not self._started:
@@ -156,26 +209,28 @@ class MessagesOut:
             message = message_of({**chunk, "choices": [{"message": {"content": ""}}]})
             message.update(content=[], stop_reason=None)
             out += _event("message_start", {"type": "message_start", "message": message})
-            out += _event(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            )
+            if self._thinking:
+                out += self._start_block({"type": "thinking", "thinking": ""})
+                out += self._delta({"type": "thinking_delta", "thinking": THINKING_TEXT})
+                out += self._delta({"type": "signature_delta", "signature": THINKING_SIGNATURE})
         for choice in chunk.get("choices") or ():
-            text = (choice.get("delta") or {}).get("content")
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
             if text:
-                delta = {"type": "text_delta", "text": text}
-                out += _event(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": 0, "delta": delta},
-                )
+                if self._open != "text":
+                    out += self._start_block({"type": "text", "text": ""})
+                out += self._delta({"type": "text_delta", "text": text})
+            for call in delta.get("tool_calls") or ():
+                block = {**_tool_use(call), "input": {}}
+                out += self._start_block(block)
+                arguments = (call.get("function") or {}).get("arguments") or "{}"
+                out += self._delta({"type": "input_json_delta", "partial_json": arguments})
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
         if chunk.get("usage") and not chunk.get("choices"):
-            out += _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            if self._block < 0:
+                out += self._start_block({"type": "text", "text": ""})
+            out += self._stop_block()
             out += _event(
                 "message_delta",
                 {

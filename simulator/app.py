@@ -19,9 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.admin import admin_changes
-from simulator.anthropic import MessagesOut, anthropic_error, read_messages_request
+from simulator.anthropic import (
+    MessagesOut,
+    anthropic_error,
+    read_messages_request,
+    wants_thinking,
+)
 from simulator.config import ScheduledFault, SimulatorConfig, checked_model_name
 from simulator.faults import FaultInjection, context_length_bodies, fixed_fault_answers
+from simulator.openai_responses import ResponsesOut, read_responses_request
 from simulator.requests import BadRequest, Plan, plan_chat, plan_completion, plan_embedding
 from simulator.responses import (
     CAPACITY_MESSAGE,
@@ -29,6 +35,14 @@ from simulator.responses import (
     RATE_LIMIT_MESSAGE,
     Responses,
     embedding_vector,
+)
+from simulator.script import (
+    Turn,
+    chat_answer,
+    chat_stream,
+    chat_turn,
+    messages_turn,
+    responses_turn,
 )
 from simulator.state import ModelState
 from simulator.wire import (
@@ -187,6 +201,9 @@ class Simulator(FaultInjection):
             if path == "/v1/messages":
                 await self._messages(scope, receive, send)
                 return
+            if path == "/v1/responses":
+                await self._responses(scope, receive, send)
+                return
             if path == "/stats/reset":
                 self.reset_stats()
                 await send_json(send, 200, self.stats())
@@ -256,12 +273,33 @@ class Simulator(FaultInjection):
             error = anthropic_error(404, "not_found_error", f"model: {req['model']}")
             await send_raw(send, 404, json_headers(error), error)
             return
-        out = MessagesOut(send)
-        await self._completion(scope, replay, out.send, self._post_routes["/v1/chat/completions"])
+        out = MessagesOut(send, thinking=wants_thinking(req))
+        chat = self._post_routes["/v1/chat/completions"]
+        await self._completion(scope, replay, out.send, chat, turn=messages_turn(req))
+
+    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """OpenAI's Responses API, for the models in Responses shape
+        (simulator/openai_responses.py)."""
+        req, replay = await read_responses_request(receive, send)
+        if req is None:
+            return
+        if req["model"] not in self.config.responses_models:
+            await send_model_not_found(send, req["model"])
+            return
+        out = ResponsesOut(send)
+        chat = self._post_routes["/v1/chat/completions"]
+        await self._completion(scope, replay, out.send, chat, turn=responses_turn(req))
 
     async def _completion(
-        self, scope: Scope, receive: Receive, send: Send, planner: Callable[[dict], Plan]
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        planner: Callable[[dict], Plan],
+        turn: Turn | None = None,
     ) -> None:
+        """`turn`: a scripted answer (simulator/script.py) read from a Messages or
+        Responses request before it was turned into this chat request."""
         body = await read_body(receive)
         if body is None:
             return
@@ -294,6 +332,8 @@ class Simulator(FaultInjection):
         if state is None:
             await send_model_not_found(send, model)
             return
+        if turn is None and plan_chat is getattr(planner, "func", None):
+            turn = chat_turn(req)
         try:
             plan = planner(req)
         except BadRequest as exc:
@@ -335,7 +375,9 @@ class Simulator(FaultInjection):
                 watcher = asyncio.get_running_loop().create_task(
                     watch_disconnect(receive, task, guard)
                 )
-            if plan.stream:
+            if turn is not None:
+                await self._scripted(send, plan, model, turn)
+            elif plan.stream:
                 await self._stream(send, plan, model, guard)
             else:
                 await self._answer(send, plan, model, guard)
@@ -349,6 +391,18 @@ class Simulator(FaultInjection):
             state.release(key)
             if watcher is not None:
                 watcher.cancel()
+
+    async def _scripted(self, send: Send, plan: Plan, model: str, turn: Turn) -> None:
+        if self._latency:
+            await asyncio.sleep(self.draw_latency())
+        ids = self.responses.ids_for(True)
+        answer = chat_answer(turn, model, json.loads(ids[0]), int(time.time()), plan.prompt_tokens)
+        if plan.stream:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send({"type": "http.response.body", "body": chat_stream(answer)})
+        else:
+            body = json_bytes(answer)
+            await send_raw(send, 200, json_headers(body), body)
 
     def draw_latency(self) -> float:
         """Seconds before this answer starts."""

@@ -34,9 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         dest="models",
-        metavar="NAME:CAPACITY[:anthropic]",
+        metavar="NAME:CAPACITY[:anthropic|:openai-responses]",
         help="a served model and its max requests in flight (0 = always full); `:anthropic` "
-        "serves it on /v1/messages in Anthropic shape; repeatable; "
+        "serves it on /v1/messages in Anthropic shape, `:openai-responses` on /v1/responses; "
+        "repeatable; "
         "default: " + " ".join(f"{n}:{c}" for n, c in DEFAULT_MODELS.items()),
     )
     parser.add_argument("--latency-ms", default="0", help="delay before answering / first chunk")
@@ -86,6 +87,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
     specs = args.models or [f"{n}:{c}" for n, c in DEFAULT_MODELS.items()]
     models: dict[str, int] = {}
     anthropic: set[str] = set()
+    responses: set[str] = set()
     for spec in specs:
         spec, shape = split_shape(str(spec))
         name, cap = parse_model_spec(spec)
@@ -94,6 +96,8 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         models[name] = cap
         if shape == "anthropic":
             anthropic.add(name)
+        elif shape == "openai-responses":
+            responses.add(name)
     retry_after = args.retry_after
     seed = args.seed
     schedule = parse_schedule(str(args.schedule or ""))
@@ -112,6 +116,7 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
     return SimulatorConfig(
         models=models,
         anthropic_models=frozenset(anthropic),
+        responses_models=frozenset(responses),
         latency_ms=checked_number(args.latency_ms, "--latency-ms", float, 0),
         latency_spread=checked_number(args.latency_spread, "--latency-spread", float, 0, 1),
         token_latency_ms=checked_number(args.token_latency_ms, "--token-latency-ms", float, 0),

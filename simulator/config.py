@@ -60,11 +60,14 @@ def checked_model_name(name: str, context: str) -> str:
     return name
 
 
-SHAPES = ("openai", "anthropic")  # the API a model answers in (`/v1/messages` for anthropic)
+# The API a model answers in: chat (and completions, embeddings), `/v1/messages` for
+# anthropic, `/v1/responses` for openai-responses.
+SHAPES = ("openai", "anthropic", "openai-responses")
 
 
 def split_shape(spec: str) -> tuple[str, str]:
-    """``"claude-x:4:anthropic"`` -> ``("claude-x:4", "anthropic")``; no shape: openai."""
+    """``"claude-x:4:anthropic"`` -> ``("claude-x:4", "anthropic")``; no shape: openai;
+    ``"gpt-r:4:openai-responses"`` answers on /v1/responses."""
     head, sep, last = spec.strip().rpartition(":")
     if sep and last in SHAPES:
         return head, last
@@ -197,6 +200,7 @@ class SimulatorConfig:
     seed: int | None = None  # seeds every random draw (rate limits, faults, latencies)
     faults: list[FaultSpec] = field(default_factory=list)
     anthropic_models: frozenset[str] = frozenset()  # answer on /v1/messages, Messages-shaped
+    responses_models: frozenset[str] = frozenset()  # answer on /v1/responses
 
     def __post_init__(self) -> None:
         for name, cap in self.models.items():

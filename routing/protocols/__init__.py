@@ -1,25 +1,52 @@
 """Client protocols: the shapes a client may speak to Sluice.
 
-Every call goes through one request path (routing/proxy.py) in chat-completions shape. A
-client protocol other than OpenAI's translates at the two ends of that path only:
+A client protocol speaks natively to the deployments of its own `kind` (Messages to
+`anthropic`, Responses to `openai-responses`, chat to `openai`): its body goes there as it
+came and the answer comes back as it is (routing/protocols/native.py); the request path
+reads only the model, the stream flag, the token ceiling and the usage. Only a chain that
+crosses kinds needs the chat-completions shape, and then the protocol translates at the two
+ends of the path:
 
-    parse(raw)            the client's body → a chat-completions `ClientRequest` (or a
-                          GatewayError 400 naming the field that cannot be translated)
-    answer(payload, req)  the upstream's chat completion (a dict) → the client's body
+    parse(raw)            the client's body → a `ClientRequest` (its native body kept)
+    translate(req, rules) the native body → chat completions, degrading what has no
+                          counterpart by a documented rule (`Degrade`; a strict route
+                          refuses instead, naming the field)
+    answer(payload, req)  a chat completion (a dict) → the client's body
     stream(req)           a `StreamTranslator`: chat stream events → the client's events
     error(status, body)   an error body in OpenAI's shape → the client's error body
 
-Keys, limits, priority, the chain walk (and its fallback across upstream kinds) and the
-audit never see the client's shape. `OPENAI` is the identity: chat, completions and
-embeddings as they are.
+Keys, limits, priority, the chain walk and the audit never see the client's shape.
+`OPENAI` is the identity: chat, completions and embeddings as they are.
 """
 
 import contextlib
 import json
 from typing import Any, Protocol
 
+from core.errors import bad_request
 from routing.payloads import ClientRequest, Endpoint, parse_request
 from routing.stream_tap import data_of
+
+
+class Degrade:
+    """What a translation changes because the other side has no equivalent: noted (and
+    recorded on the call's audit row), or, on a route set to `translation = "strict"`,
+    refused with a 400 naming the field."""
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self.notes: list[str] = []
+
+    def note(self, param: str, rule: str) -> None:
+        if self.strict:
+            raise bad_request(
+                f"'{param}' has no equivalent on this route's deployments ({rule}); "
+                "the route translates strictly.",
+                param=param,
+            )
+        note = f"{param}: {rule}"
+        if note not in self.notes:
+            self.notes.append(note)
 
 
 class StreamTranslator(Protocol):
@@ -37,11 +64,15 @@ class ClientProtocol:
     """OpenAI's own shapes: nothing to translate."""
 
     name = "openai"  # recorded in the audit (CallRecord.client_protocol)
+    kind = "openai"  # the upstream kind (Upstream.Kind) that speaks it natively
     endpoint: str | None = None  # the audit's `endpoint` (None: the Endpoint's own)
-    translates = False  # answers go through answer()/stream()/error()
+    translates = False  # answers from other kinds go through answer()/stream()/error()
 
     def parse(self, endpoint: Endpoint, raw: bytes) -> ClientRequest:
         return parse_request(endpoint, raw)
+
+    def translate(self, request: ClientRequest, degrade: Degrade) -> None:
+        """Put the chat translation of `request.native` in `request.body`."""
 
     def answer(self, payload: dict[str, Any], request: ClientRequest) -> bytes:
         return json.dumps(payload).encode()

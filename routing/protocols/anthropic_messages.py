@@ -12,8 +12,8 @@ from typing import Any
 
 from core.errors import GatewayError, bad_request
 from routing.classify import mentions_capacity
-from routing.payloads import ClientRequest, Endpoint, load_body, parse_body
-from routing.protocols import ClientProtocol
+from routing.payloads import ClientRequest, Endpoint, load_body, native_request, parse_body
+from routing.protocols import ClientProtocol, Degrade
 
 API_VERSION = "2023-06-01"
 # A chat request need not say how long the answer may be; a Messages request must.
@@ -102,7 +102,13 @@ def _image_part(source: Any, param: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _user_turn(content: Any, param: str) -> list[dict[str, Any]]:
+ERROR_MARKER = "[tool error] "  # what a failed tool's result says on a chat upstream
+# A thinking budget → the nearest reasoning effort (Anthropic's minimum budget is 1,024).
+_BUDGET_EFFORT = ((4096, "low"), (16384, "medium"))
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+def _user_turn(content: Any, param: str, degrade: Degrade) -> list[dict[str, Any]]:
     """One Messages user turn → chat messages: its tool results first (one `tool` message
     each, as chat wants them right after the assistant's calls), then the rest."""
     if isinstance(content, str):
@@ -119,21 +125,29 @@ def _user_turn(content: Any, param: str) -> list[dict[str, Any]]:
         elif kind == "image":
             parts.append(_image_part(block.get("source"), where))
         elif kind == "tool_result":
+            text = _tool_result_text(block.get("content"), f"{where}.content", degrade)
             if block.get("is_error"):
-                raise untranslatable(f"{where}.is_error", "chat tool results have no error flag")
+                degrade.note(f"{where}.is_error", f"sent as the tool text marked {ERROR_MARKER!r}")
+                text = _mark_error(text)
             tools.append(
                 {
                     "role": "tool",
                     "tool_call_id": str(block.get("tool_use_id") or ""),
-                    "content": _tool_result_text(block.get("content"), f"{where}.content"),
+                    "content": text,
                 }
             )
         else:
-            raise untranslatable(where, f"content blocks of type {kind!r} are not translated")
+            degrade.note(where, f"a {kind!r} block has no chat equivalent: not sent on")
     return tools + ([{"role": "user", "content": parts}] if parts else [])
 
 
-def _tool_result_text(content: Any, param: str) -> str | list[dict[str, Any]]:
+def _mark_error(text: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    if isinstance(text, str):
+        return ERROR_MARKER + text
+    return [{"type": "text", "text": ERROR_MARKER.strip()}, *text]
+
+
+def _tool_result_text(content: Any, param: str, degrade: Degrade) -> str | list[dict[str, Any]]:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -143,12 +157,14 @@ def _tool_result_text(content: Any, param: str) -> str | list[dict[str, Any]]:
     parts = []
     for j, block in enumerate(content):
         if not isinstance(block, dict) or block.get("type") != "text":
-            raise untranslatable(f"{param}[{j}]", "a tool result may only hold text")
+            kind = block.get("type") if isinstance(block, dict) else None
+            degrade.note(f"{param}[{j}]", f"a chat tool result holds text only: {kind!r} dropped")
+            continue
         parts.append({"type": "text", "text": _text_of(block, f"{param}[{j}]")})
     return parts
 
 
-def _assistant_turn(content: Any, param: str) -> dict[str, Any]:
+def _assistant_turn(content: Any, param: str, degrade: Degrade) -> dict[str, Any]:
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     if not isinstance(content, list):
@@ -160,7 +176,7 @@ def _assistant_turn(content: Any, param: str) -> dict[str, Any]:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
             if calls:
-                raise untranslatable(where, "text after a tool call keeps no order in chat")
+                degrade.note(where, "text after a tool call: sent before the calls")
             texts.append({"type": "text", "text": _text_of(block, where)})
         elif kind == "tool_use":
             calls.append(
@@ -173,24 +189,27 @@ def _assistant_turn(content: Any, param: str) -> dict[str, Any]:
                     },
                 }
             )
+        elif kind in ("thinking", "redacted_thinking"):
+            degrade.note(where, "earlier thinking is not sent to a chat model")
         else:
-            raise untranslatable(where, f"content blocks of type {kind!r} are not translated")
+            degrade.note(where, f"a {kind!r} block has no chat equivalent: not sent on")
     message: dict[str, Any] = {"role": "assistant", "content": texts or None}
     if calls:
         message["tool_calls"] = calls
     return message
 
 
-def _system_text(system: Any) -> str:
+def _system_text(system: Any, param: str, degrade: Degrade) -> str:
     if isinstance(system, str):
         return system
     if not isinstance(system, list):
-        raise bad_request("'system' must be a string or an array.", param="system")
+        raise bad_request(f"'{param}' must be a string or an array.", param=param)
     texts = []
     for j, block in enumerate(system):
         if not isinstance(block, dict) or block.get("type") != "text":
-            raise untranslatable(f"system[{j}]", "the system prompt may only hold text")
-        texts.append(_text_of(block, f"system[{j}]"))
+            degrade.note(f"{param}[{j}]", "a system prompt holds text only: dropped")
+            continue
+        texts.append(_text_of(block, f"{param}[{j}]"))
     return "\n\n".join(texts)
 
 
@@ -212,27 +231,74 @@ def _tool_choice_to_chat(choice: Any, chat: dict[str, Any]) -> None:
         chat["parallel_tool_calls"] = False
 
 
-def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """A Messages request body → a chat-completions request body (same model name)."""
+def _reasoning(body: dict[str, Any], chat: dict[str, Any], degrade: Degrade) -> None:
+    """`thinking` and `output_config.effort` → chat's `reasoning_effort`, or dropped."""
+    config = body.get("output_config")
+    effort = config.get("effort") if isinstance(config, dict) else None
+    thinking = body.get("thinking")
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise bad_request(f"Unknown effort {effort!r}.", param="output_config.effort")
+        chat["reasoning_effort"] = _EFFORTS[effort]
+        degrade.note("output_config.effort", f"sent as reasoning_effort={_EFFORTS[effort]}")
+    if thinking is None:
+        return
+    if not isinstance(thinking, dict):
+        raise bad_request("'thinking' must be an object.", param="thinking")
+    budget = thinking.get("budget_tokens")
+    if thinking.get("type") == "enabled" and isinstance(budget, int) and effort is None:
+        level = next((name for top, name in _BUDGET_EFFORT if budget < top), "high")
+        chat["reasoning_effort"] = level
+        degrade.note("thinking", f"sent as reasoning_effort={level}")
+    elif thinking.get("type") != "disabled":
+        degrade.note("thinking", "no chat equivalent: not sent on")
+
+
+def _output_format(config: Any, chat: dict[str, Any], degrade: Degrade) -> None:
+    """`output_config.format` (a JSON schema) → chat's `response_format`."""
+    if not isinstance(config, dict):
+        if config is not None:
+            raise bad_request("'output_config' must be an object.", param="output_config")
+        return
+    fmt = config.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = {"name": "output", "schema": fmt.get("schema") or {"type": "object"}}
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif fmt is not None:
+        degrade.note("output_config.format", "only a json_schema format is translated")
+    for name in sorted(set(config) - {"format", "effort"}):
+        degrade.note(f"output_config.{name}", "no chat equivalent: not sent on")
+
+
+def messages_to_chat(body: dict[str, Any], degrade: Degrade | None = None) -> dict[str, Any]:
+    """A Messages request body → a chat-completions request body (same model name); what
+    chat has no equivalent for is degraded by the rules in docs/agents.md."""
+    degrade = degrade or Degrade()
     for name in body:
-        if name not in _MESSAGES_FIELDS:
-            raise untranslatable(name, "chat completions have no such parameter")
+        if name not in _MESSAGES_FIELDS and name not in ("thinking", "output_config"):
+            degrade.note(name, "no chat equivalent: not sent on")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array.", param="messages")
     chat: dict[str, Any] = {"model": body.get("model")}
     out: list[dict[str, Any]] = []
     if body.get("system") is not None:
-        out.append({"role": "system", "content": _system_text(body["system"])})
+        out.append({"role": "system", "content": _system_text(body["system"], "system", degrade)})
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         role = message.get("role") if isinstance(message, dict) else None
         if role == "user":
-            out.extend(_user_turn(message.get("content"), f"{where}.content"))
+            out.extend(_user_turn(message.get("content"), f"{where}.content", degrade))
         elif role == "assistant":
-            out.append(_assistant_turn(message.get("content"), f"{where}.content"))
+            out.append(_assistant_turn(message.get("content"), f"{where}.content", degrade))
+        elif role == "system":
+            degrade.note(where, "kept in order as a chat system message")
+            text = _system_text(message.get("content"), f"{where}.content", degrade)
+            out.append({"role": "system", "content": text})
         else:
-            raise bad_request(f"'{where}.role' must be 'user' or 'assistant'.", param=where)
+            raise bad_request(
+                f"'{where}.role' must be 'user', 'assistant' or 'system'.", param=where
+            )
     chat["messages"] = out
     if "max_tokens" not in body:
         raise bad_request("You must provide 'max_tokens'.", param="max_tokens")
@@ -244,25 +310,35 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["stop"] = body["stop_sequences"]
     metadata = body.get("metadata")
     if metadata:
-        if not isinstance(metadata, dict) or set(metadata) - {"user_id"}:
-            raise untranslatable("metadata", "only metadata.user_id is translated")
+        if not isinstance(metadata, dict):
+            raise bad_request("'metadata' must be an object.", param="metadata")
+        for name in sorted(set(metadata) - {"user_id"}):
+            degrade.note(f"metadata.{name}", "no chat equivalent: not sent on")
         if metadata.get("user_id") is not None:
             chat["user"] = metadata["user_id"]
+    _reasoning(body, chat, degrade)
+    _output_format(body.get("output_config"), chat, degrade)
     if body.get("tools") is not None:
-        chat["tools"] = [_tool_to_chat(t, f"tools[{i}]") for i, t in enumerate(body["tools"])]
-    if body.get("tool_choice") is not None:
+        if not isinstance(body["tools"], list):
+            raise bad_request("'tools' must be an array.", param="tools")
+        tools = [_tool_to_chat(t, f"tools[{i}]", degrade) for i, t in enumerate(body["tools"])]
+        if any(tools):
+            chat["tools"] = [t for t in tools if t]
+    if body.get("tool_choice") is not None and chat.get("tools"):
         _tool_choice_to_chat(body["tool_choice"], chat)
     return chat
 
 
-def _tool_to_chat(tool: Any, param: str) -> dict[str, Any]:
+def _tool_to_chat(tool: Any, param: str, degrade: Degrade) -> dict[str, Any] | None:
     if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
         raise bad_request(f"'{param}' must be an object with a string 'name'.", param=param)
     if tool.get("type") not in (None, "custom"):
-        raise untranslatable(f"{param}.type", f"server tools ({tool['type']}) are not translated")
-    extra = set(tool) - {"name", "description", "input_schema", "type", "cache_control"}
-    if extra:
-        raise untranslatable(f"{param}.{sorted(extra)[0]}", "no such field in a chat tool")
+        degrade.note(param, f"a server tool ({tool['type']}) is not offered to a chat model")
+        return None
+    for name in sorted(
+        set(tool) - {"name", "description", "input_schema", "type", "cache_control"}
+    ):
+        degrade.note(f"{param}.{name}", "no such field in a chat tool: not sent on")
     function: dict[str, Any] = {"name": tool["name"]}
     if tool.get("description") is not None:
         function["description"] = tool["description"]
@@ -346,25 +422,37 @@ def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
         out.append({"role": role, "content": blocks})
 
 
-def chat_to_messages(body: dict[str, Any], model: str | None = None) -> dict[str, Any]:
-    """A chat-completions request body → a Messages request body."""
+def chat_to_messages(
+    body: dict[str, Any], model: str | None = None, degrade: Degrade | None = None
+) -> dict[str, Any]:
+    """A chat-completions request body → a Messages request body; what Messages has no
+    equivalent for is degraded (docs/agents.md)."""
+    degrade = degrade or Degrade()
     for name, value in body.items():
-        if name not in _CHAT_FIELDS:
-            raise untranslatable(name, "Anthropic's Messages API has no such parameter")
-        if name in _CHAT_DEFAULTS and value is not None and value != _CHAT_DEFAULTS[name]:
-            raise untranslatable(name, "Anthropic's Messages API has no such parameter")
+        if name == "reasoning_effort":
+            degrade.note(name, "no Messages equivalent without a thinking budget: not sent on")
+        elif name == "response_format" and value not in (None, {"type": "text"}):
+            degrade.note(name, "Messages has no response format: not sent on")
+        elif (name not in _CHAT_FIELDS and name != "response_format") or (
+            name in _CHAT_DEFAULTS and value is not None and value != _CHAT_DEFAULTS[name]
+        ):
+            degrade.note(name, "Anthropic's Messages API has no such parameter: not sent on")
     system: list[str] = []
     out: list[dict[str, Any]] = []
     for i, message in enumerate(body.get("messages") or ()):
         where = f"messages[{i}]"
         role = message.get("role")
         extra = set(message) - {"role", "content", "tool_calls", "tool_call_id", "refusal"}
-        if extra:
-            raise untranslatable(f"{where}.{sorted(extra)[0]}", "no such field in Messages")
+        for name in sorted(extra):
+            degrade.note(f"{where}.{name}", "no such field in Messages: not sent on")
         if role in ("system", "developer"):
+            texts = [b["text"] for b in _content_blocks(message.get("content"), where)]
             if out:
-                raise untranslatable(where, "a system message after the conversation began")
-            system.extend(b["text"] for b in _content_blocks(message.get("content"), where))
+                degrade.note(where, "kept in order as a user turn marked <system>")
+                marked = "<system>\n" + "\n\n".join(texts) + "\n</system>"
+                _append(out, "user", [{"type": "text", "text": marked}])
+            else:
+                system.extend(texts)
         elif role == "user":
             blocks = _content_blocks(message.get("content"), f"{where}.content")
             _append(out, "user", blocks)
@@ -403,8 +491,8 @@ def chat_to_messages(body: dict[str, Any], model: str | None = None) -> dict[str
     temperature = body.get("temperature")
     if temperature is not None:
         if temperature > 1:
-            raise untranslatable("temperature", "Messages takes a temperature from 0 to 1")
-        messages["temperature"] = temperature
+            degrade.note("temperature", "Messages takes 0 to 1: sent as 1")
+        messages["temperature"] = min(temperature, 1)
     if body.get("top_p") is not None:
         messages["top_p"] = body["top_p"]
     stop = body.get("stop")
@@ -416,7 +504,7 @@ def chat_to_messages(body: dict[str, Any], model: str | None = None) -> dict[str
         messages["metadata"] = {"user_id": body["user"]}
     if body.get("tools") is not None:
         messages["tools"] = [
-            _tool_to_messages(t, f"tools[{i}]") for i, t in enumerate(body["tools"])
+            _tool_to_messages(t, f"tools[{i}]", degrade) for i, t in enumerate(body["tools"])
         ]
     choice = _tool_choice_to_messages(body.get("tool_choice"))
     if body.get("parallel_tool_calls") is False:
@@ -426,7 +514,7 @@ def chat_to_messages(body: dict[str, Any], model: str | None = None) -> dict[str
     return messages
 
 
-def _tool_to_messages(tool: Any, param: str) -> dict[str, Any]:
+def _tool_to_messages(tool: Any, param: str, degrade: Degrade) -> dict[str, Any]:
     function = tool.get("function") if isinstance(tool, dict) else None
     if (
         not isinstance(tool, dict)
@@ -435,7 +523,7 @@ def _tool_to_messages(tool: Any, param: str) -> dict[str, Any]:
     ):
         raise untranslatable(param, "only function tools are translated")
     if function.get("strict"):
-        raise untranslatable(f"{param}.function.strict", "Messages has no strict schemas")
+        degrade.note(f"{param}.function.strict", "Messages has no strict schemas: not sent on")
     out: dict[str, Any] = {"name": function.get("name")}
     if function.get("description") is not None:
         out["description"] = function["description"]
@@ -621,13 +709,17 @@ class AnthropicMessages(ClientProtocol):
     """`POST /v1/messages`: Anthropic's shape in, Anthropic's shape out."""
 
     name = "anthropic"
+    kind = "anthropic"
     endpoint = "messages"
     translates = True
 
     def parse(self, endpoint: Endpoint, raw: bytes) -> ClientRequest:
-        request = parse_body(Endpoint.CHAT, messages_to_chat(load_body(raw)))
-        request.wants_usage = True  # the translator reports usage in `message_delta`
-        return request
+        return native_request(self.kind, raw, load_body(raw), "messages")
+
+    def translate(self, request: ClientRequest, degrade: Degrade) -> None:
+        chat = parse_body(Endpoint.CHAT, messages_to_chat(request.body, degrade))
+        request.body, request.translated = chat.body, True
+        request.degraded = degrade.notes
 
     def answer(self, payload: dict[str, Any], request: ClientRequest) -> bytes:
         return json.dumps(chat_to_message(payload, request.model)).encode()

@@ -17,6 +17,7 @@ import aiohttp
 from core.errors import bad_request, json_object
 from routing.catalog import DeploymentSpec, RouteSpec
 from routing.payloads import ClientRequest, Endpoint
+from routing.protocols import Degrade
 from routing.protocols.anthropic_messages import (
     API_VERSION,
     MessagesToChatStream,
@@ -29,20 +30,22 @@ from routing.stream_tap import data_of
 KIND = "anthropic"
 
 
-def check_request(route: RouteSpec, request: ClientRequest) -> None:
-    """Refuse, before any upstream is tried, a request the route's Anthropic deployments
-    could not be sent faithfully (a 400 naming the field)."""
-    if not any(d.upstream.kind == KIND for d in route.chain):
+def check_request(route: RouteSpec, request: ClientRequest, degrade: Degrade) -> None:
+    """Before any upstream is tried: what a chat request loses on the route's Anthropic
+    deployments is noted in `degrade` (on a strict route, refused: a 400 naming the
+    field). A Messages client's own request is not translated for them."""
+    if request.passes_through(KIND) or not any(d.upstream.kind == KIND for d in route.chain):
         return
     if request.endpoint is not Endpoint.CHAT:
         raise bad_request(
             f"`{route.name}` is served by an Anthropic deployment, which takes chat only.",
             param="model",
         )
-    chat_to_messages(request.body)
+    chat_to_messages(request.body, degrade=degrade)
 
 
 def messages_body(deployment: DeploymentSpec, chat: dict[str, Any]) -> bytes:
+    # What it loses was noted (or refused, on a strict route) before the chain walk began.
     return json.dumps(chat_to_messages(chat, deployment.model)).encode()
 
 

@@ -1,12 +1,16 @@
-"""OpenAI's Responses API (`POST /v1/responses`), stateless subset ↔ chat completions.
+"""OpenAI's Responses API (`POST /v1/responses`) ↔ chat completions, for a Responses
+client on a chain that crosses to chat (a Responses client on an `openai-responses`
+deployment is passed through untouched: routing/protocols/native.py).
 
 Requests: `input` (text or items: messages, `function_call`, `function_call_output`),
 `instructions`, function tools, `tool_choice`, `text.format`, `reasoning.effort` and the
 sampling fields become one chat request. Responses: a chat completion becomes a `response`
 object (a message item and function-call items, usage, status); a chat stream becomes the
-Responses stream events the official SDK reads. Stored state (`previous_response_id`,
-`store: true`, `conversation`, `background`) and what chat has no counterpart for (built-in
-tools, files, `truncation: "auto"`, …) are refused with a 400 naming the field.
+Responses stream events the official SDK reads. What chat has no equivalent for is degraded
+by the documented rules (docs/agents.md: `include`, `reasoning.summary`, `client_metadata`
+not sent on; namespace tools as their functions; built-in tools not offered); stored state
+(`previous_response_id`, `conversation`, `background`) cannot cross and is refused with a
+400 naming the field.
 
 The inverse translations (chat → Responses request, response → chat completion) keep the
 property tests honest (there and back keeps the meaning).
@@ -18,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import GatewayError, bad_request
-from routing.payloads import ClientRequest, Endpoint, load_body, parse_body
-from routing.protocols import ClientProtocol
+from routing.payloads import ClientRequest, Endpoint, load_body, native_request, parse_body
+from routing.protocols import ClientProtocol, Degrade
 
 
 def untranslatable(param: str, why: str) -> GatewayError:
@@ -57,6 +61,7 @@ _OWN = {
     "background",
     "conversation",
 }
+
 _STATEFUL = {
     "previous_response_id": "responses are not stored; send the whole conversation in 'input'",
     "conversation": "conversations are not stored; send the whole conversation in 'input'",
@@ -83,7 +88,9 @@ def _image_to_chat(part: dict[str, Any], param: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": image}
 
 
-def _parts_to_chat(content: Any, param: str, *, images: bool) -> str | list[dict[str, Any]]:
+def _parts_to_chat(
+    content: Any, param: str, degrade: Degrade, *, images: bool
+) -> str | list[dict[str, Any]]:
     """A message's content: text stays text; a list of parts becomes chat's parts."""
     if isinstance(content, str):
         return content
@@ -98,7 +105,7 @@ def _parts_to_chat(content: Any, param: str, *, images: bool) -> str | list[dict
         elif kind == "input_image" and images:
             parts.append(_image_to_chat(part, where))
         else:
-            raise untranslatable(f"{where}.type", f"content of type {kind!r} is not translated")
+            degrade.note(where, f"content of type {kind!r} has no chat equivalent: dropped")
     return parts
 
 
@@ -106,14 +113,15 @@ def _all_text(parts: str | list[dict[str, Any]]) -> bool:
     return isinstance(parts, str) or all(p["type"] == "text" for p in parts)
 
 
-def _message_to_chat(item: dict[str, Any], param: str) -> dict[str, Any]:
+def _message_to_chat(item: dict[str, Any], param: str, degrade: Degrade) -> dict[str, Any]:
     role = item.get("role")
     content = item.get("content")
     if role in ("system", "developer"):
-        parts = _parts_to_chat(content, f"{param}.content", images=False)
+        parts = _parts_to_chat(content, f"{param}.content", degrade, images=False)
         return {"role": "system", "content": parts}
     if role == "user":
-        return {"role": "user", "content": _parts_to_chat(content, f"{param}.content", images=True)}
+        parts = _parts_to_chat(content, f"{param}.content", degrade, images=True)
+        return {"role": "user", "content": parts}
     if role == "assistant":
         message: dict[str, Any] = {"role": "assistant"}
         if isinstance(content, list):
@@ -121,7 +129,7 @@ def _message_to_chat(item: dict[str, Any], param: str) -> dict[str, Any]:
             if refusals:
                 message["refusal"] = "".join(str(p.get("refusal", "")) for p in refusals)
                 content = [p for p in content if p not in refusals]
-        parts = _parts_to_chat(content, f"{param}.content", images=False)
+        parts = _parts_to_chat(content, f"{param}.content", degrade, images=False)
         texts = [parts] if isinstance(parts, str) else [p["text"] for p in parts]
         message["content"] = "".join(texts) if texts else None
         return message
@@ -138,15 +146,16 @@ def _call_to_chat(item: dict[str, Any], param: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _output_to_chat(item: dict[str, Any], param: str) -> dict[str, Any]:
+def _output_to_chat(item: dict[str, Any], param: str, degrade: Degrade) -> dict[str, Any]:
     call_id = item.get("call_id")
     if not isinstance(call_id, str):
         raise bad_request(f"'{param}.call_id' must be a string.", param=f"{param}.call_id")
-    output = _parts_to_chat(item.get("output"), f"{param}.output", images=False)
+    output = _parts_to_chat(item.get("output"), f"{param}.output", degrade, images=False)
     return {"role": "tool", "tool_call_id": call_id, "content": output}
 
 
-def input_to_messages(value: Any) -> list[dict[str, Any]]:
+def input_to_messages(value: Any, degrade: Degrade | None = None) -> list[dict[str, Any]]:
+    degrade = degrade or Degrade()
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
@@ -157,8 +166,19 @@ def input_to_messages(value: Any) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise bad_request(f"'{param}' must be an object.", param=param)
         kind = item.get("type", "message")
+        if kind == "custom_tool_call":
+            degrade.note(param, "a custom tool call sent as a function call of 'input'")
+            item = {
+                **item,
+                "arguments": json.dumps({"input": item.get("input")}),
+                "type": "function_call",
+            }
+            kind = "function_call"
+        elif kind == "custom_tool_call_output":
+            item = {**item, "type": "function_call_output"}
+            kind = "function_call_output"
         if kind == "message":
-            messages.append(_message_to_chat(item, param))
+            messages.append(_message_to_chat(item, param, degrade))
         elif kind == "function_call":
             call = _call_to_chat(item, param)
             last = messages[-1] if messages else None
@@ -168,30 +188,58 @@ def input_to_messages(value: Any) -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            messages.append(_output_to_chat(item, param))
+            messages.append(_output_to_chat(item, param, degrade))
+        elif kind == "reasoning":
+            degrade.note(param, "earlier reasoning is not sent to a chat model")
         else:
-            raise untranslatable(f"{param}.type", f"items of type {kind!r} are not translated")
+            degrade.note(param, f"an item of type {kind!r} has no chat equivalent: not sent on")
     return messages
 
 
-def _tool_to_chat(tool: Any, param: str) -> dict[str, Any]:
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        raise untranslatable(f"{param}.type", f"only function tools are served, not {kind!r}")
+def _tools_to_chat(tool: Any, param: str, degrade: Degrade) -> list[dict[str, Any]]:
+    """One Responses tool → chat function tools: a function as it is, a namespace's
+    functions, a custom (free-form) tool as a function of one string `input`; built-in
+    tools (web_search, …) are not offered to a chat model."""
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if not isinstance(tool, dict):
+        raise bad_request(f"'{param}' must be an object.", param=param)
+    if kind == "namespace":
+        degrade.note(param, "a namespace's tools offered as plain functions")
+        inner = tool.get("tools") if isinstance(tool.get("tools"), list) else []
+        return [
+            t
+            for j, item in enumerate(inner)
+            for t in _tools_to_chat(item, f"{param}.tools[{j}]", degrade)
+        ]
+    if kind == "custom":
+        degrade.note(param, "a custom tool offered as a function taking one string 'input'")
+        parameters = {
+            "type": "object",
+            "properties": {"input": {"type": "string"}},
+            "required": ["input"],
+        }
+        function = {"name": tool.get("name"), "parameters": parameters}
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        return [{"type": "function", "function": function}]
+    if kind != "function":
+        degrade.note(param, f"the built-in tool {kind!r} is not offered to a chat model")
+        return []
     if not isinstance(tool.get("name"), str):
         raise bad_request(f"'{param}.name' must be a string.", param=f"{param}.name")
     function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-    return {"type": "function", "function": function}
+    return [{"type": "function", "function": function}]
 
 
-def _tool_choice_to_chat(choice: Any) -> Any:
+def _tool_choice_to_chat(choice: Any, degrade: Degrade) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
-    if isinstance(choice, dict) and choice.get("type") == "function":
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         if not isinstance(choice.get("name"), str):
             raise bad_request("'tool_choice.name' must be a string.", param="tool_choice.name")
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise untranslatable("tool_choice", "only auto, none, required or a function is translated")
+    degrade.note("tool_choice", "only auto, none, required or a function: left to the model")
+    return None
 
 
 def _format_to_chat(text: Any) -> dict[str, Any]:
@@ -213,46 +261,61 @@ def _format_to_chat(text: Any) -> dict[str, Any]:
     return out
 
 
-def _check_refusals(body: dict[str, Any]) -> None:
+def _check_refusals(body: dict[str, Any], degrade: Degrade) -> None:
+    """Stored state cannot cross to a chat model (refused); the rest is degraded."""
     for name, why in _STATEFUL.items():
         if body.get(name) is not None:
             raise untranslatable(name, why)
-    if body.get("store") is True:
-        raise untranslatable("store", "responses are not stored; leave it out or set false")
     if body.get("background") is True:
         raise untranslatable("background", "background responses need stored responses")
+    if body.get("store") is True:
+        degrade.note("store", "a chat model stores nothing: not stored")
     if body.get("truncation") not in (None, "disabled"):
-        raise untranslatable("truncation", "only 'disabled' (an overlong input is refused)")
-    if body.get("include"):
-        raise untranslatable("include", "no extra output is available")
+        degrade.note("truncation", "not sent on (an overlong input is refused)")
+    for item in body.get("include") or ():
+        degrade.note(f"include.{item}", "nothing of it to return from a chat model")
     reasoning = body.get("reasoning")
-    if reasoning is not None and (not isinstance(reasoning, dict) or set(reasoning) - {"effort"}):
-        raise untranslatable("reasoning", "only 'effort' is translated")
-    unknown = sorted(set(body) - _OWN - set(_SAME))
-    if unknown:
-        raise untranslatable(unknown[0], "this field has no chat-completions counterpart")
+    if reasoning is not None and not isinstance(reasoning, dict):
+        raise bad_request("'reasoning' must be an object.", param="reasoning")
+    for name in sorted(set(reasoning or {}) - {"effort"}):
+        if (reasoning or {}).get(name) is not None:
+            degrade.note(f"reasoning.{name}", "no chat equivalent: not sent on")
+    if body.get("client_metadata") is not None:
+        kept = json.dumps(body["client_metadata"], ensure_ascii=False)[:200]
+        degrade.note("client_metadata", f"not sent on (kept here: {kept})")
+    for name in sorted(set(body) - _OWN - set(_SAME) - {"client_metadata"}):
+        degrade.note(name, "no chat-completions equivalent: not sent on")
 
 
-def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """A Responses request body → a chat-completions request body (a 400 for what has no
-    faithful counterpart)."""
-    _check_refusals(body)
+def responses_to_chat(body: dict[str, Any], degrade: Degrade | None = None) -> dict[str, Any]:
+    """A Responses request body → a chat-completions request body; what chat has no
+    equivalent for is degraded by the rules in docs/agents.md (stored state is refused)."""
+    degrade = degrade or Degrade()
+    _check_refusals(body, degrade)
     if "input" not in body:
         raise bad_request("You must provide 'input'.", param="input")
-    messages = input_to_messages(body["input"])
+    messages = input_to_messages(body["input"], degrade)
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
             raise untranslatable("instructions", "only text instructions are translated")
         messages.insert(0, {"role": "system", "content": instructions})
+    if not messages:
+        raise bad_request("'input' holds nothing a chat model can read.", param="input")
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     tools = body.get("tools")
     if tools:
         if not isinstance(tools, list):
             raise bad_request("'tools' must be an array.", param="tools")
-        chat["tools"] = [_tool_to_chat(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        functions = [
+            f for i, t in enumerate(tools) for f in _tools_to_chat(t, f"tools[{i}]", degrade)
+        ]
+        if functions:
+            chat["tools"] = functions
     if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice_to_chat(body["tool_choice"])
+        choice = _tool_choice_to_chat(body["tool_choice"], degrade)
+        if choice is not None and chat.get("tools"):
+            chat["tool_choice"] = choice
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     if body.get("text") is not None:
@@ -777,14 +840,19 @@ class OpenAIResponses(ClientProtocol):
     same as chat's)."""
 
     name = "openai-responses"
+    kind = "openai-responses"
     endpoint = "responses"
     translates = True
 
     def parse(self, endpoint: Endpoint, raw: bytes) -> ClientRequest:
         body = load_body(raw)
-        request = parse_body(Endpoint.CHAT, responses_to_chat(body))
-        request.wants_usage = True  # `response.completed` carries the usage
+        request = native_request(self.kind, raw, body, "input")
         return ResponsesRequest(**vars(request), echo=Echo.of(body))
+
+    def translate(self, request: ClientRequest, degrade: Degrade) -> None:
+        chat = parse_body(Endpoint.CHAT, responses_to_chat(request.body, degrade))
+        request.body, request.translated = chat.body, True
+        request.degraded = degrade.notes
 
     def answer(self, payload: dict[str, Any], request: ClientRequest) -> bytes:
         return json.dumps(chat_to_response(payload, _echo(request))).encode()

@@ -351,3 +351,41 @@ def test_usage_csv_neutralises_formula_cells_like_the_consoles() -> None:
         "'@SUM(A1)",
         "Total",
     ]
+
+
+def test_calls_show_and_filter_protocols_what_was_degraded_and_the_agent(
+    world: Any, calls: None, client_as: Any
+) -> None:
+    _call(
+        world,
+        world.member,
+        9,
+        client_protocol="anthropic",
+        upstream_protocol="openai",
+        degraded="thinking: sent as reasoning_effort=low\ncontext_management: not sent on",
+        user_agent="claude-cli/2.1.332 (external, sdk-cli)",
+    )
+    admin = client_as("admin")
+    found = admin.get("/api/v1/calls/?user_agent=claude-cli&client_protocol=anthropic").json()
+    [call] = found["results"]
+    assert (call["client_protocol"], call["upstream_protocol"]) == ("anthropic", "openai")
+    assert call["degraded"] == [
+        "thinking: sent as reasoning_effort=low",
+        "context_management: not sent on",
+    ]
+    assert call["user_agent"].startswith("claude-cli/")
+    assert not admin.get("/api/v1/calls/?user_agent=codex_cli_rs").json()["results"]
+    plain = admin.get("/api/v1/calls/?client_protocol=openai").json()["results"]
+    assert plain and all(c["degraded"] == [] for c in plain)
+    agents = admin.get("/api/v1/calls/agents/").json()
+    assert {
+        "agent": "claude-cli",
+        "route": "fast",
+        "client_protocol": "anthropic",
+        "upstream_protocol": "openai",
+        "calls": 1,
+        "failed": 0,
+        "degraded": 1,
+    } in agents
+    member = client_as("member").get("/api/v1/calls/agents/?client_protocol=anthropic").json()
+    assert [r["agent"] for r in member] == ["claude-cli"]

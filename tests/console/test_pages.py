@@ -89,7 +89,7 @@ def test_pages_above_a_role_answer_403(people, role, forbidden):
 def test_the_board_partial_has_a_row_per_deployment(people):
     response = _client(people, "member").get("/board/")
     rows = re.findall(rb'data-testid="board-row" data-deployment="([^"]+)"', response.content)
-    assert sorted(rows) == [b"big", b"claude", b"medium", b"small"]
+    assert sorted(rows) == [b"big", b"claude", b"gpt-r", b"medium", b"small"]
     assert b"<html" not in response.content
 
 

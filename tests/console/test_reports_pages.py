@@ -233,3 +233,22 @@ async def test_call_csv_is_streamed_with_a_header_and_neutralised_cells():
     # The streamed batches ran on asgiref's thread: close its connection, so the test
     # database can be dropped at the end of the session.
     await sync_to_async(connections.close_all)()
+
+
+def test_a_call_page_shows_protocols_what_was_degraded_and_the_agent(people):
+    log = call(people.keys["member"], timezone.now() - timedelta(minutes=1))
+    log.client_protocol, log.upstream_protocol = "openai-responses", "openai"
+    log.degraded = ["include.reasoning.encrypted_content: nothing of it to return"]
+    log.user_agent = "codex_exec/0.171.0 (Debian 12.0.0; x86_64)"
+    write([log])
+    client = _client(people, "member")
+    body = client.get(f"/calls/{log.request_id}/").content.decode()
+    assert "openai-responses → openai" in body
+    assert "include.reasoning.encrypted_content: nothing of it to return" in body
+    assert "codex_exec/0.171.0" in body
+    listed = client.get("/calls/?since=&user_agent=codex_exec").content.decode()
+    assert log.request_id in listed
+    assert log.request_id not in client.get("/calls/?since=&user_agent=claude-cli").content.decode()
+    grouped = client.get("/calls/?since=&view=agents").content.decode()
+    assert 'data-testid="agent-row"' in grouped and "<code>codex_exec</code>" in grouped
+    assert "openai-responses → openai" in grouped

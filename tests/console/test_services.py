@@ -172,7 +172,13 @@ def test_team_and_application_create_and_edit_record_changes(demo):
     app.refresh_from_db()
     assert app.fallback == "none" and app.max_tokens_ceiling == 4096
     row = AdminAction.objects.get(action="application.update")
-    assert row.before["routes"] == ["fast"] and row.after["routes"] == ["fast", "mixed", "smart"]
+    assert row.before["routes"] == ["fast"] and row.after["routes"] == [
+        "claude-agent",
+        "codex-agent",
+        "fast",
+        "mixed",
+        "smart",
+    ]
     with pytest.raises(AccountError, match="fallback"):
         application_update(actor=ADMIN, application=app, fallback="sometimes")
 

@@ -159,9 +159,14 @@ def catalog(
             {"name": "k-claude", "chain": ["k-claude"]},
             {"name": "k-mixed", "chain": ["k-claude-full", "k-gpt"]},
             {"name": "k-tools", "chain": ["k-tools"]},
+            {"name": "k-strict", "chain": ["k-gpt"], "translation": "strict"},
         ],
         "applications": [
-            {"slug": "kinds", "team": "demo", "routes": ["k-gpt", "k-claude", "k-mixed", "k-tools"]}
+            {
+                "slug": "kinds",
+                "team": "demo",
+                "routes": ["k-gpt", "k-claude", "k-mixed", "k-tools", "k-strict"],
+            }
         ],
     }
     with django_db_blocker.unblock():
@@ -300,29 +305,42 @@ def test_a_mixed_chain_falls_back_from_a_529_to_the_openai_deployment(
         assert "".join(stream.text_stream) == "tok tok "
 
 
-def test_errors_reach_the_anthropic_sdk_in_its_shape(gateway, claude, key):
+def test_errors_reach_the_anthropic_sdk_in_its_shape(gateway, claude, key, call_record):
     bad = anthropic.Anthropic(base_url=gateway.url, api_key="sk-sluice-nope", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as refused:
         bad.messages.create(model="k-gpt", max_tokens=5, messages=HI)
     assert refused.value.body["type"] == "error"
     assert refused.value.body["error"]["type"] == "authentication_error"
+    record = call_record(refused.value.response.headers["x-sluice-request-id"])
+    assert (record.requested_model, record.outcome) == ("k-gpt", "unauthorized")
 
+    # What chat has no equivalent for is left out and recorded; a strict route refuses it.
+    raw = claude.messages.with_raw_response.create(
+        model="k-gpt", max_tokens=5, messages=HI, extra_body={"top_k": 3}
+    )
+    assert raw.parse().content[0].text
+    assert "top_k" in call_record(raw.headers["x-sluice-request-id"]).degraded
     with pytest.raises(anthropic.BadRequestError) as refused:
-        claude.messages.create(model="k-gpt", max_tokens=5, messages=HI, extra_body={"top_k": 3})
+        claude.messages.create(
+            model="k-strict", max_tokens=5, messages=HI, stream=True, extra_body={"top_k": 3}
+        )
     assert "top_k" in refused.value.body["error"]["message"]
+    record = call_record(refused.value.response.headers["x-sluice-request-id"])
+    assert (record.requested_model, record.stream, record.status_code) == ("k-strict", True, 400)
 
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.create(model="no-such-route", max_tokens=5, messages=HI)
 
-    # A chat request an Anthropic deployment cannot take faithfully: 400 naming the field,
-    # before any upstream is called.
+    # A chat request crossing to an Anthropic deployment: what Messages has no equivalent
+    # for is left out, and the call's audit row says so.
     response = httpx.post(
         f"{gateway.url}/v1/chat/completions",
         headers={"authorization": f"Bearer {key}"},
         json={"model": "k-claude", "messages": HI, "logit_bias": {"1": 3}},
     )
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == "logit_bias"
+    assert response.status_code == 200
+    record = call_record(response.headers["x-sluice-request-id"])
+    assert record.degraded.startswith("logit_bias: ")
 
 
 def test_count_tokens_estimates_without_an_upstream(claude, gateway, key):

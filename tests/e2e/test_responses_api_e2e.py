@@ -101,17 +101,37 @@ def test_function_call_history_and_tools_are_served(client):
     ("extra", "param"),
     [
         ({"previous_response_id": "resp_123"}, "previous_response_id"),
-        ({"store": True}, "store"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"background": True}, "background"),
     ],
 )
-def test_stored_state_and_untranslatable_fields_are_refused_naming_the_field(client, extra, param):
+def test_stored_state_cannot_cross_to_a_chat_deployment_and_is_refused_naming_the_field(
+    client, extra, param
+):
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="fast", input="Hi", **extra)
     error = info.value.body
     assert info.value.status_code == 400 and error["param"] == param
     assert error["type"] == "invalid_request_error" and param.split("[")[0] in error["message"]
+
+
+def test_what_chat_cannot_take_is_left_out_and_recorded(client, call_record):
+    raw = client.responses.with_raw_response.create(
+        model="fast",
+        input="Hi",
+        store=True,
+        tools=[{"type": "web_search"}],
+        include=["reasoning.encrypted_content"],
+        extra_body={"client_metadata": {"agent": "x"}},
+    )
+    assert raw.parse().status == "completed"
+    degraded = call_record(raw.headers["x-sluice-request-id"]).degraded.splitlines()
+    assert [line.split(":")[0] for line in degraded] == [
+        "store",
+        "include.reasoning.encrypted_content",
+        "client_metadata",
+        "tools[0]",
+    ]
+    assert '{"agent": "x"}' in degraded[2]  # kept in the audit, not sent on
 
 
 def test_errors_keep_openais_shape(gateway, issue_key):

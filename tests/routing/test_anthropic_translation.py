@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from core.errors import GatewayError
 from routing.classify import ErrorClass, classify_status
+from routing.protocols import Degrade
 from routing.protocols.anthropic_messages import (
     ChatToMessagesStream,
     MessagesToChatStream,
@@ -190,7 +191,7 @@ def test_tool_choice_both_ways(choice, chat_choice, parallel):
     [
         ({"top_k": 5}, "top_k"),
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
-        ({"metadata": {"other": 1}}, "metadata"),
+        ({"metadata": {"other": 1}}, "metadata.other"),
         (
             {
                 "messages": [
@@ -220,18 +221,25 @@ def test_tool_choice_both_ways(choice, chat_choice, parallel):
             },
             "messages[0].content[0].is_error",
         ),
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0]"),
+        ({"context_management": {"edits": []}}, "context_management"),
+        ({"output_config": {"effort": "high"}}, "output_config.effort"),
+        ({"thinking": {"type": "adaptive"}}, "thinking"),
+        (
+            {"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]},
+            "messages[1]",
+        ),
         ({}, None),  # max_tokens is required: dropped below
     ],
 )
-def test_what_messages_says_and_chat_cannot_is_refused_naming_the_field(messages_body, param):
+def test_on_a_strict_route_what_chat_cannot_say_is_refused_naming_the_field(messages_body, param):
     body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}
     body.update(messages_body)
     if param is None:
         del body["max_tokens"]
         param = "max_tokens"
     with pytest.raises(GatewayError) as refused:
-        messages_to_chat(body)
+        messages_to_chat(body, Degrade(strict=True))
     assert refused.value.status == 400
     assert refused.value.param == param
     assert param.split(".")[0].split("[")[0] in refused.value.message
@@ -286,10 +294,10 @@ def test_what_messages_says_and_chat_cannot_is_refused_naming_the_field(messages
         ),
     ],
 )
-def test_what_chat_says_and_messages_cannot_is_refused_naming_the_field(chat_body, param):
+def test_on_a_strict_route_what_messages_cannot_say_is_refused_naming_the_field(chat_body, param):
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **chat_body}
     with pytest.raises(GatewayError) as refused:
-        chat_to_messages(body)
+        chat_to_messages(body, degrade=Degrade(strict=True))
     assert refused.value.status == 400
     assert refused.value.param == (param or "tools[0].function.strict")
 

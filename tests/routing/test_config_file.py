@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "config" / "demo.toml"
 DEMO_RAW: dict[str, Any] = tomllib.loads(DEMO.read_text())
 DEMO_COUNTS = {
-    "upstreams": 2,
-    "deployments": 4,
-    "routes": 3,
+    "upstreams": 3,
+    "deployments": 5,
+    "routes": 5,
     "teams": 1,
     "applications": 1,
     "members": 1,
@@ -133,7 +133,7 @@ def test_applying_demo_file_creates_every_object() -> None:
     assert (upstream.connect_timeout, upstream.read_timeout) == (5.0, 60.0)
 
     deployments = {d.name: d for d in Deployment.objects.select_related("upstream")}
-    assert set(deployments) == {"big", "medium", "small", "claude"}
+    assert set(deployments) == {"big", "medium", "small", "claude", "gpt-r"}
     big = deployments["big"]
     assert big.upstream.name == "simulator"
     assert (big.model, big.tier, big.max_concurrency, big.context_window, big.enabled) == (
@@ -151,10 +151,18 @@ def test_applying_demo_file_creates_every_object() -> None:
     assert small.output_price_per_million == Decimal("0.6")
     assert deployments["medium"].max_concurrency == 16
 
-    assert set(Route.objects.values_list("name", flat=True)) == {"smart", "fast", "mixed"}
+    assert set(Route.objects.values_list("name", flat=True)) == {
+        "smart",
+        "fast",
+        "mixed",
+        "claude-agent",
+        "codex-agent",
+    }
     assert chain_of("smart") == ["big", "medium", "small"]
     assert chain_of("fast") == ["small"]
     assert chain_of("mixed") == ["claude", "big", "small"]
+    assert chain_of("codex-agent") == ["gpt-r", "big", "small"]
+    assert Deployment.objects.get(name="gpt-r").upstream.kind == "openai-responses"
     assert deployments["claude"].upstream.kind == "anthropic"
     assert list(
         RouteDeployment.objects.filter(route__name="smart")
@@ -171,7 +179,13 @@ def test_applying_demo_file_creates_every_object() -> None:
         team.pk,
         "interactive",
     )
-    assert set(app.routes.values_list("name", flat=True)) == {"smart", "fast", "mixed"}
+    assert set(app.routes.values_list("name", flat=True)) == {
+        "smart",
+        "fast",
+        "mixed",
+        "claude-agent",
+        "codex-agent",
+    }
     member = Member.objects.select_related("user").get()
     assert (member.user.email, member.team_id, member.role) == (
         "demo@example.com",
@@ -197,8 +211,8 @@ def test_apply_config_command_reports_created_then_nothing(tmp_path: Path) -> No
     out = io.StringIO()
     call_command("apply_config", str(DEMO), stdout=out)
     assert out.getvalue().strip() == (
-        f"{DEMO}: created: 1 applications, 4 deployments, 1 limits, 1 members, 3 routes, 1 teams, "
-        "2 upstreams; updated: nothing; unchanged: nothing"
+        f"{DEMO}: created: 1 applications, 5 deployments, 1 limits, 1 members, 5 routes, 1 teams, "
+        "3 upstreams; updated: nothing; unchanged: nothing"
     )
     before = snapshot()
     out = io.StringIO()
@@ -670,7 +684,7 @@ BAD = [
     (
         "duplicate-deployment",
         _append("deployments", {"name": "medium", "upstream": "simulator", "model": "m2"}),
-        "deployments[4] (medium): defined twice",
+        "deployments[5] (medium): defined twice",
     ),
     (
         "duplicate-member",

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import GatewayError
+from routing.protocols import Degrade
 from routing.protocols.openai_responses import (
     RESPONSES,
     ChatToResponsesStream,
@@ -181,17 +182,19 @@ REFUSALS = [
     ({"store": True}, "store"),
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
-    ({"include": ["reasoning.encrypted_content"]}, "include"),
-    ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning"),
+    ({"include": ["reasoning.encrypted_content"]}, "include.reasoning.encrypted_content"),
+    ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning.summary"),
+    ({"client_metadata": {"session": "s"}}, "client_metadata"),
     ({"prompt": {"id": "p"}}, "prompt"),
-    ({"tools": [{"type": "file_search"}]}, "tools[0].type"),
+    ({"tools": [{"type": "file_search"}]}, "tools[0]"),
+    ({"tools": [{"type": "namespace", "name": "n", "tools": []}]}, "tools[0]"),
     ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
     ({"text": {"format": {"type": "grammar"}}}, "text.format"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
-    ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]"),
+    ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
     (
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-        "input[0].content[0].type",
+        "input[0].content[0]",
     ),
     (
         {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
@@ -205,17 +208,18 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize(("extra", "param"), REFUSALS, ids=[r[1] for r in REFUSALS])
-def test_what_cannot_be_translated_is_refused_naming_the_field(extra, param):
+def test_on_a_strict_route_what_has_no_chat_equivalent_is_refused_naming_the_field(extra, param):
     body = {"model": "m", "input": "Hi", **extra}
     with pytest.raises(GatewayError) as info:
-        RESPONSES.parse(None, json.dumps(body).encode())
+        responses_to_chat(body, Degrade(strict=True))
     assert info.value.status == 400
     assert json.loads(info.value.response().content)["error"]["param"] == param
 
 
-def test_parse_checks_the_translated_request_like_chat():
+def test_the_translation_checks_the_chat_request_like_chat():
+    request = RESPONSES.parse(None, b'{"model": "m", "input": "Hi", "temperature": "hot"}')
     with pytest.raises(GatewayError) as info:
-        RESPONSES.parse(None, b'{"model": "m", "input": "Hi", "temperature": "hot"}')
+        RESPONSES.translate(request, Degrade())
     assert json.loads(info.value.response().content)["error"]["param"] == "temperature"
     request = RESPONSES.parse(None, b'{"model": "m", "input": "Hi", "stream": true}')
     assert request.stream and request.wants_usage and request.model == "m"

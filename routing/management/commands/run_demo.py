@@ -65,6 +65,8 @@ class Command(BaseCommand):
                     "small:64",
                     "--model",
                     "claude:4:anthropic",
+                    "--model",
+                    "gpt-r:8:openai-responses",
                     "--latency-ms",
                     "300",
                     "--token-latency-ms",
@@ -172,6 +174,13 @@ Or with the openai SDK (.venv/bin/python):
 
 Routes: smart (big -> medium -> small), fast (small), mixed (claude, Anthropic-shaped ->
 big -> small). /v1/messages and /v1/responses speak Anthropic's and OpenAI's newer APIs.
+
+Coding agents (README, "Coding agents"): route claude-agent for Claude Code, codex-agent
+for Codex, each native first (Messages / Responses passed through) then big -> small:
+  ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={key} \
+    ANTHROPIC_MODEL=claude-agent ANTHROPIC_DEFAULT_HAIKU_MODEL=claude-agent claude
+  Codex: a provider with base_url = "{base}/v1", wire_api = "responses", env_key holding
+    the key, and model = "codex-agent" (README shows the config.toml block).
 A batch runner runs the Batch API (/v1/files, /v1/batches; see README);
 `manage.py batch_status` lists batches.
 Ctrl-C stops everything.
