@@ -571,9 +571,14 @@ def _open_rows(
         ]
         return f"{openloop.pct(served, 99):.0f}"
 
+    def queue_p99(results: list[openloop.Result]) -> str:
+        waits = [r.queue_ms for r in results if r.served and r.arrival.priority == "interactive"]
+        return f"{openloop.pct(waits, 99):.0f}"
+
     return [
         ("interactive served", [_share(r, "interactive") for r, _ in runs]),
         ("  p99 from scheduled time (ms)", [p99(r) for r, _ in runs]),
+        ("  p99 queue wait in Sluice (ms)", [queue_p99(r) for r, _ in runs]),
         ("batch served", [_share(r, "batch") for r, _ in runs]),
         (
             "goodput (served / capacity)",
@@ -718,22 +723,29 @@ def storm_case(args: argparse.Namespace) -> None:
             ):
                 r.raise_for_status()
 
-        events = (
-            (fail_from, lambda: faults({"server_error": 1.0})),
-            (fail_until, lambda: faults({})),
-        )
+        seen: dict[str, int] = {}  # the primary's request count when it fails, and recovers
+
+        async def fail() -> None:
+            seen["from"] = _sim_stats(simulator)["requests"]
+            await faults({"server_error": 1.0})
+
+        async def recover() -> None:
+            seen["until"] = _sim_stats(simulator)["requests"]
+            await faults({})
+
+        events = ((fail_from, fail), (fail_until, recover))
         modes = gateways.modes()
         runs = []
         for _, env, source in modes:
             url = gateways.start(env, source)
-            before = _sim_stats(simulator)["requests"]
             results = asyncio.run(
                 openloop.fire(
                     f"{url}/v1/chat/completions", keys, load.arrivals, model="storm",
                     headers_for=_batch_wait, events=events,
                 )
             )  # fmt: skip
-            runs.append((results, _sim_stats(simulator)["requests"] - before))
+            during = sum(1 for r in results if fail_from <= r.arrival.at < fail_until)
+            runs.append((results, (seen["until"] - seen["from"]) / max(1, during)))
             s.stop_last()
             time.sleep(1.0)
         _table(
@@ -743,10 +755,7 @@ def storm_case(args: argparse.Namespace) -> None:
             [m for m, _, _ in modes],
             [
                 ("calls served", [_share_all(r) for r, _ in runs]),
-                (
-                    "primary attempts per call",
-                    [f"{n / max(1, len(r)):.2f}" for r, n in runs],
-                ),
+                ("attempts on the failing primary per call", [f"{n:.3f}" for _, n in runs]),
                 (
                     "primary serves again after",
                     [_primary_back(url_results, fail_until) for url_results, _ in runs],
