@@ -5,7 +5,9 @@
        rest is a reserve kept for interactive traffic);
     2. within a class, the member who has received the least weighted service goes first
        (a Virtual Token Counter, as in "Fairness in Serving Large Language Models", OSDI
-       2024: tokens in + 2 x tokens out), ties to whoever has waited longest;
+       2024: tokens in + 2 x tokens out), ties to the member with the fewest calls waiting
+       (a member who starts waiting is not put behind a backlog it did not make), then to
+       whoever has waited longest;
     3. within a member, first come, first served;
     4. work conserving: while a slot is free and an eligible request waits, it is granted;
     5. preemption: while an interactive request waits for a full deployment, the youngest
@@ -16,8 +18,8 @@
     6. deadlines decide admission: a slot goes only to a call whose deadline still covers
        the deployment's recent latency (rules.need: mean + 3 deviations of the time to an
        answer's head); one that can no longer finish leaves the queue unserved (503 with
-       Retry-After), and one whose deadline ends before the queue ahead of it would drain
-       (`expected_wait`) is refused when it arrives instead of queueing in vain.
+       Retry-After), and one whose wait ends before the calls fair share serves ahead of
+       it would be (`expected_wait`) is refused when it arrives instead of queueing in vain.
 
 A member who starts waiting is lifted to the least counter among those already waiting (or
 to the last one served), so a long idle spell banks no credit to spend in a burst later.

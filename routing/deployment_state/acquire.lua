@@ -32,7 +32,6 @@ if retry then
   if retries >= math.max(floor_, ratio * firsts) then return {0, 'budget', '0'} end
 end
 local position = redis.call('ZCARD', K_QUEUE[class])
-local ahead = ahead_of(class)
 -- As sent: a number turned back into text keeps 14 digits, and could fall before `now`.
 local until_ = wait_until > now and ARGV[14] or ARGV[1]
 if latest < tonumber(until_) then until_ = string.format('%.6f', latest) end
@@ -43,6 +42,7 @@ keep(STATE_TTL)
 if redis.call('ZSCORE', K_SLOTS, slot) then return {1, '', '0'} end
 local room = tonumber(until_) - now
 if room > 0 then
+  local ahead = served_before(class, member) - 1  -- not itself
   local wait = expected_wait(ahead, allowed_slots())
   if wait <= room then
     preempt_if_full()

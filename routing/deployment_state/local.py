@@ -82,6 +82,12 @@ class _Deployment:
         return need(self.latency, self.deviation)
 
 
+def _before(service: float, waiting: int, mine: float, mine_waiting: int) -> bool:
+    """Whether a member with `service` and `waiting` calls is served before one with
+    `mine` and `mine_waiting` (slot_policy rule 2)."""
+    return (service, waiting) < (mine, mine_waiting)
+
+
 class LocalDeploymentState:
     """In-process backend. Plain Python under the event loop: each method runs without an
     await inside, so it is atomic with respect to other requests of this worker."""
@@ -126,7 +132,6 @@ class LocalDeploymentState:
         if retry and not self._budget_allows_retry(d, limits, now):
             return Admission(False, Refusal.BUDGET)
         position = self._waiting_count(d, claim.priority)
-        ahead = self._ahead(d, claim.priority)
         until = min(wait_until or now, latest)
         who = (claim.priority, claim.member)
         waiter = Waiter(slot, *who, now, until, claim.estimate, retry, claim.preemptible, due)
@@ -135,6 +140,7 @@ class LocalDeploymentState:
         if slot in d.slots:
             return Admission(True)
         if until > now:
+            ahead = self._served_before(d, claim.priority, claim.member) - 1  # not itself
             wait = expected_wait(ahead, self._allowed(d), d.hold)
             if wait <= until - now:
                 self._grants[slot] = asyncio.get_running_loop().create_future()
@@ -325,6 +331,21 @@ class LocalDeploymentState:
         ahead = self._waiting_count(d, priority)
         return ahead + (self._waiting_count(d, INTERACTIVE) if priority == BATCH else 0)
 
+    def _served_before(self, d: _Deployment, priority: str, member: str) -> int:
+        """Waiters fair share serves before the next call of `member` (its own included):
+        of its class, those of members with less service (or as much, and fewer calls
+        waiting); for batch every interactive one too. Not the whole queue: a quiet
+        member is not behind a loud one's backlog."""
+        mine = d.service.get(member, 0.0)
+        queues = d.queues[priority]
+        mine_waiting = len(queues.get(member, ()))
+        ahead = sum(
+            len(q)
+            for m, q in queues.items()
+            if m == member or _before(d.service.get(m, 0.0), len(q), mine, mine_waiting)
+        )
+        return ahead + (self._waiting_count(d, INTERACTIVE) if priority == BATCH else 0)
+
     def _drain(self, d: _Deployment, priority: str) -> int:
         """A Retry-After for a call of `priority` that found no place: the queue's wait."""
         return queue_retry_after(self._ahead(d, priority), self._allowed(d), d.hold)
@@ -426,7 +447,13 @@ class LocalDeploymentState:
                 else:
                     heads.append(head)
             if heads:
-                return min(heads, key=lambda w: (d.service.get(w.member, 0.0), w.since))
+                # Least service first; ties (a member who starts waiting is lifted to the
+                # least counter waiting) to the member with the fewest calls waiting, so
+                # nobody queues behind a backlog someone else made; then the longest wait.
+                return min(
+                    heads,
+                    key=lambda w: (d.service.get(w.member, 0.0), len(members[w.member]), w.since),
+                )
         return None
 
     @staticmethod

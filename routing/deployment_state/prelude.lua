@@ -53,6 +53,23 @@ local function ahead_of(class)
   return ahead
 end
 
+-- Waiters fair share serves before the next call of `member` (its own included): of its
+-- class, those of members with less service (or as much and fewer calls waiting); for batch
+-- every interactive one too (local.py's _served_before).
+local function served_before(class, member)
+  local mine = service_of(member)
+  local mine_waiting = tonumber(redis.call('HGET', K_MEMBERS[class], member) or '0')
+  local counts = redis.call('HGETALL', K_MEMBERS[class])
+  local ahead = 0
+  for i = 1, #counts, 2 do
+    local m, n = counts[i], tonumber(counts[i + 1])
+    local s = service_of(m)
+    if m == member or s < mine or (s == mine and n < mine_waiting) then ahead = ahead + n end
+  end
+  if class == 'batch' then ahead = ahead + redis.call('ZCARD', K_QUEUE.interactive) end
+  return ahead
+end
+
 -- slot_policy.expected_wait: the queue drains `allowed` calls every `hold` seconds.
 local function expected_wait(ahead, allowed)
   local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
@@ -151,15 +168,23 @@ local function oldest_of(class, member, latest)
   end
 end
 
+local function less(a, b)  -- lexicographic, for sort keys
+  for k = 1, #a do
+    if a[k] ~= b[k] then return a[k] < b[k] end
+  end
+  return false
+end
+
+-- Least service first; ties to the member with the fewest calls waiting, then the longest
+-- wait (slot_policy rule 2).
 local function fairest(class, latest)
-  local best, best_service, best_since = nil, nil, nil
-  for _, member in ipairs(redis.call('HKEYS', K_MEMBERS[class])) do
-    local slot, since = oldest_of(class, member, latest)
+  local best, best_key = nil, nil
+  local counts = redis.call('HGETALL', K_MEMBERS[class])
+  for i = 1, #counts, 2 do
+    local slot, since = oldest_of(class, counts[i], latest)
     if slot then
-      local s = service_of(member)
-      if best == nil or s < best_service or (s == best_service and since < best_since) then
-        best, best_service, best_since = slot, s, since
-      end
+      local key = {service_of(counts[i]), tonumber(counts[i + 1]), since}
+      if best == nil or less(key, best_key) then best, best_key = slot, key end
     end
   end
   return best
