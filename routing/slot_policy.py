@@ -3,11 +3,11 @@
     1. interactive before batch: batch is admitted only while no interactive request waits
        for the deployment, and only while batch holds fewer than `batch_cap` slots (the
        rest is a reserve kept for interactive traffic);
-    2. within a class, the member who has received the least weighted service goes first
-       (a Virtual Token Counter, as in "Fairness in Serving Large Language Models", OSDI
-       2024: tokens in + 2 x tokens out), ties to the member with the fewest calls waiting
-       (a member who starts waiting is not put behind a backlog it did not make), then to
-       whoever has waited longest;
+    2. within a class, the member who has received the least recent weighted service goes
+       first (tokens in + 2 x tokens out, as the Virtual Token Counter of "Fairness in
+       Serving Large Language Models", OSDI 2024, counts them; each member's sum halves
+       every rules.SERVICE_HALF_LIFE seconds), ties to the member with the fewest calls
+       waiting (nobody is put behind a backlog it did not make), then to the longest wait;
     3. within a member, first come, first served;
     4. work conserving: while a slot is free and an eligible request waits, it is granted;
     5. preemption: while an interactive request waits for a full deployment, the youngest
@@ -21,9 +21,11 @@
        Retry-After), and one whose wait ends before the calls fair share serves ahead of
        it would be (`expected_wait`) is refused when it arrives instead of queueing in vain.
 
-A member who starts waiting is lifted to the least counter among those already waiting (or
-to the last one served), so a long idle spell banks no credit to spend in a burst later.
-Both backends (routing/deployment_state/local.py, and redis.py in Lua) follow these rules.
+Service counts by how recent it is, not in total: a quiet member's calls go before a loud
+member's backlog at once, and a long idle spell banks no more credit than a few seconds of
+service (the VTC paper lifts a newcomer to the counters of those waiting instead, which
+puts a quiet member's call level with, and so behind, a loud member's). Both backends
+(routing/deployment_state/local.py, and redis.py in Lua) follow these rules.
 """
 
 import math

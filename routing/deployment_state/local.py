@@ -27,6 +27,7 @@ from routing.deployment_state.rules import (
     next_latency,
     open_time,
     raised,
+    recent,
     retry_allowed,
 )
 from routing.slot_policy import (
@@ -71,8 +72,8 @@ class _Deployment:
     queues: dict[str, dict[str, dict[str, Waiter]]] = field(
         default_factory=lambda: {INTERACTIVE: {}, BATCH: {}}
     )
-    service: dict[str, float] = field(default_factory=dict)  # member -> virtual counter
-    last_served: float = 0.0  # the counter of the member granted last
+    # member -> (weighted service, when it was last charged): decays (rules.recent)
+    service: dict[str, tuple[float, float]] = field(default_factory=dict)
     hold: float = DEFAULT_HOLD  # seconds a call holds a slot (moving average)
     latency: float = 0.0  # seconds to an answer's head (moving average; 0: none yet)
     deviation: float = 0.0  # of that latency (moving average)
@@ -80,6 +81,13 @@ class _Deployment:
 
     def need(self) -> float:
         return need(self.latency, self.deviation)
+
+    def recent(self, member: str, now: float) -> float:
+        value, at = self.service.get(member, (0.0, now))
+        return recent(value, at, now)
+
+    def charge(self, member: str, amount: float, now: float) -> None:
+        self.service[member] = (self.recent(member, now) + amount, now)
 
 
 def _before(service: float, waiting: int, mine: float, mine_waiting: int) -> bool:
@@ -140,7 +148,7 @@ class LocalDeploymentState:
         if slot in d.slots:
             return Admission(True)
         if until > now:
-            ahead = self._served_before(d, claim.priority, claim.member) - 1  # not itself
+            ahead = self._served_before(d, claim.priority, claim.member, now) - 1  # not itself
             wait = expected_wait(ahead, self._allowed(d), d.hold)
             if wait <= until - now:
                 self._grants[slot] = asyncio.get_running_loop().create_future()
@@ -206,7 +214,7 @@ class LocalDeploymentState:
                 if took is not None:
                     d.latency, d.deviation = next_latency(d.latency, d.deviation, took)
             if service is not None:
-                d.service[held.member] = d.service.get(held.member, 0.0) + service - held.estimate
+                d.charge(held.member, service - held.estimate, now)
         if result is Result.SUCCESS:
             d.failures = 0
             if d.mode == "half_open":
@@ -331,18 +339,18 @@ class LocalDeploymentState:
         ahead = self._waiting_count(d, priority)
         return ahead + (self._waiting_count(d, INTERACTIVE) if priority == BATCH else 0)
 
-    def _served_before(self, d: _Deployment, priority: str, member: str) -> int:
+    def _served_before(self, d: _Deployment, priority: str, member: str, now: float) -> int:
         """Waiters fair share serves before the next call of `member` (its own included):
         of its class, those of members with less service (or as much, and fewer calls
         waiting); for batch every interactive one too. Not the whole queue: a quiet
         member is not behind a loud one's backlog."""
-        mine = d.service.get(member, 0.0)
+        mine = d.recent(member, now)
         queues = d.queues[priority]
         mine_waiting = len(queues.get(member, ()))
         ahead = sum(
             len(q)
             for m, q in queues.items()
-            if m == member or _before(d.service.get(m, 0.0), len(q), mine, mine_waiting)
+            if m == member or _before(d.recent(m, now), len(q), mine, mine_waiting)
         )
         return ahead + (self._waiting_count(d, INTERACTIVE) if priority == BATCH else 0)
 
@@ -352,14 +360,8 @@ class LocalDeploymentState:
 
     @staticmethod
     def _join(d: _Deployment, waiter: Waiter) -> None:
-        """Queue a waiter; a member who was not waiting starts level with those who are."""
-        member = waiter.member
-        if all(member not in q for q in d.queues.values()):
-            counters = [d.service.get(m, 0.0) for q in d.queues.values() for m in q]
-            level = min(counters) if counters else d.last_served
-            d.service[member] = max(d.service.get(member, 0.0), level)
         d.waiting[waiter.slot] = waiter
-        d.queues[waiter.priority].setdefault(member, {})[waiter.slot] = waiter
+        d.queues[waiter.priority].setdefault(waiter.member, {})[waiter.slot] = waiter
 
     @staticmethod
     def _remove(d: _Deployment, slot: str) -> Waiter | None:
@@ -395,8 +397,7 @@ class LocalDeploymentState:
                 waiter.priority, waiter.member, waiter.estimate, now, waiter.preemptible, handed
             )
             handed = False
-            d.last_served = d.service.get(waiter.member, 0.0)
-            d.service[waiter.member] = d.last_served + waiter.estimate
+            d.charge(waiter.member, waiter.estimate, now)
             self._count_attempt(d, now, retry=waiter.retry)
             granted = self._grants.get(waiter.slot)
             if granted is not None and not granted.done():
@@ -447,12 +448,11 @@ class LocalDeploymentState:
                 else:
                     heads.append(head)
             if heads:
-                # Least service first; ties (a member who starts waiting is lifted to the
-                # least counter waiting) to the member with the fewest calls waiting, so
-                # nobody queues behind a backlog someone else made; then the longest wait.
+                # Least recent service first; ties to the member with the fewest calls
+                # waiting, so nobody queues behind a backlog someone else made; then the
+                # longest wait.
                 return min(
-                    heads,
-                    key=lambda w: (d.service.get(w.member, 0.0), len(members[w.member]), w.since),
+                    heads, key=lambda w: (d.recent(w.member, now), len(members[w.member]), w.since)
                 )
         return None
 

@@ -22,7 +22,19 @@ end
 
 local function member_queue(class, member) return base .. ':wq:' .. class .. ':' .. member end
 
-local function service_of(member) return tonumber(redis.call('HGET', K_SERVICE, member) or '0') end
+-- A member's recent service (rules.recent): "value|when charged", halved every half-life.
+local function service_of(member)
+  local v = redis.call('HGET', K_SERVICE, member)
+  if not v then return 0 end
+  local sep = string.find(v, '|', 1, true)
+  if not sep then return tonumber(v) end
+  local value, at = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+  return value * 2 ^ (-math.max(0, now - at) / SERVICE_HALF_LIFE)
+end
+
+local function charge(member, amount)
+  redis.call('HSET', K_SERVICE, member, (service_of(member) + amount) .. '|' .. ARGV[1])
+end
 
 local function state()
   local st = redis.call('HMGET', K_STATE, 'mode', 'open_until', 'half_successes', 'limit')
@@ -121,23 +133,7 @@ local function remove_waiter(slot)
   return w
 end
 
-local function waiting_member(member)
-  return redis.call('HEXISTS', K_MEMBERS.interactive, member) == 1
-      or redis.call('HEXISTS', K_MEMBERS.batch, member) == 1
-end
-
 local function join(slot, class, member, until_, estimate, retry, preemptible, deadline)
-  if not waiting_member(member) then
-    local level = nil
-    for _, c in ipairs({'interactive', 'batch'}) do
-      for _, m in ipairs(redis.call('HKEYS', K_MEMBERS[c])) do
-        local s = service_of(m)
-        if level == nil or s < level then level = s end
-      end
-    end
-    if level == nil then level = tonumber(redis.call('HGET', K_STATE, 'last_served') or '0') end
-    if service_of(member) < level then redis.call('HSET', K_SERVICE, member, level) end
-  end
   redis.call('HSET', K_WAITER, slot,
              table.concat({class, member, until_, estimate, retry and '1' or '0',
                            preemptible and '1' or '0', deadline}, '|'))
@@ -200,9 +196,7 @@ local function grant(slot, handed)
   if class == 'batch' and w[6] == '1' then redis.call('ZADD', K_PREEMPTIBLE, now, slot) end
   redis.call('HSET', K_HELD, slot,
              table.concat({class, member, estimate, now, handed and '1' or '0'}, '|'))
-  local served = service_of(member)
-  redis.call('HSET', K_STATE, 'last_served', served)
-  redis.call('HSET', K_SERVICE, member, served + estimate)
+  charge(member, estimate)
   count_attempt(w[5] == '1')
 end
 

@@ -41,7 +41,7 @@ if held then
       redis.call('HSET', K_STATE, 'latency', latency, 'deviation', deviation)
     end
   end
-  if service then redis.call('HINCRBYFLOAT', K_SERVICE, h[2], service - tonumber(h[3])) end
+  if service then charge(h[2], service - tonumber(h[3])) end
 end
 if result ~= 'neutral' then
   local st = redis.call('HMGET', K_STATE, 'mode', 'failures', 'half_successes', 'limit',

@@ -20,6 +20,7 @@ DEVIATION_WEIGHT = 0.25
 NEED_DEVIATIONS = 3.0  # a call needs mean + 3 deviations of its deadline left to be sent
 HANG_FACTOR = 3.0  # an attempt cut by the call's deadline after this many times `need` hung
 FIRST_OPEN = 10.0  # seconds a breaker first stays open; doubled per failed probe, to the cap
+SERVICE_HALF_LIFE = 2.0  # seconds: fair share weighs a member's service by how recent it is
 DOUBLINGS = 30  # past this many the doubling stops (the cap has long won): no float overflow
 
 # Every constant the Lua scripts use, by the name they use it under.
@@ -40,6 +41,7 @@ LUA_CONSTANTS: dict[str, float | int] = {
     "HANG_FACTOR": HANG_FACTOR,
     "FIRST_OPEN": FIRST_OPEN,
     "DOUBLINGS": DOUBLINGS,
+    "SERVICE_HALF_LIFE": SERVICE_HALF_LIFE,
 }
 
 
@@ -102,3 +104,11 @@ def open_time(cap: float, opens: int) -> float:
     in between: short at first, doubling per failed probe, up to `cap` (the configured
     cooldown), so a deployment that comes back serves again within seconds."""
     return min(cap, FIRST_OPEN * 2 ** min(opens, DOUBLINGS))
+
+
+def recent(value: float, at: float, now: float) -> float:
+    """A member's recent service: what it was at `at`, halved every SERVICE_HALF_LIFE
+    seconds since. Fair share serves the least recently served member first, so a quiet
+    member's call is not put behind a loud member's, and a member back from a long idle
+    spell has banked no more than a few seconds' worth of credit."""
+    return value * 2 ** (-max(0.0, now - at) / SERVICE_HALF_LIFE)

@@ -68,6 +68,7 @@ def test_the_table_holds_the_rules_own_values():
         "HANG_FACTOR": rules.HANG_FACTOR,
         "FIRST_OPEN": rules.FIRST_OPEN,
         "DOUBLINGS": rules.DOUBLINGS,
+        "SERVICE_HALF_LIFE": rules.SERVICE_HALF_LIFE,
     }
 
 
