@@ -3,11 +3,14 @@
 Each worker keeps what it learned about a key for at most `SLUICE_KEY_CACHE_SECONDS` (2 s
 by default; a hot key is reloaded in the background before then), so a revoked key stops
 working on every worker within that time; with Redis, revoking it tells every worker to
-drop it at once (core/refresh.py). Expiry is checked against the cached expiry time on
-every request, so it is exact.
+drop it at once (core/refresh.py: a change to a key, member, application or team drops
+only the keys it names). While the database does not answer, a cached key keeps working
+for `SLUICE_STALE_IF_ERROR_SECONDS` (core/refresh.py). Expiry is checked against the
+cached expiry time on every request, so it is exact.
 """
 
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -50,8 +53,20 @@ class Principal:
     cache_ttl_seconds: int = 0  # the application's response cache (0: off)
 
 
+def _named(prefix: Hashable, principal: Principal | None, selector: str) -> bool:
+    """Whether a change (`prefix=…`, `member=7`, `application=3`, `team=2`) names this key;
+    one this code does not know names every key."""
+    what, _, value = selector.partition("=")
+    if what == "prefix":
+        return prefix == value
+    ids = {"member": "member_id", "application": "application_id", "team": "team_id"}
+    if what not in ids:
+        return True
+    return principal is not None and str(getattr(principal, ids[what])) == value
+
+
 _principals: RefreshingCache[Principal | None] = RefreshingCache(
-    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=KEYS
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=KEYS, select=_named
 )
 
 
