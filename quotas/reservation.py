@@ -104,13 +104,17 @@ async def reserve_quota(
     try:
         return await _reserve(principal, tokens, cost_ceiling, slot, batch)
     except QuotaStoreDown:
-        raise GatewayError(
-            503,
-            "Limits cannot be checked right now; retry shortly.",
-            type="server_error",
-            code="limits_unavailable",
-            headers={"Retry-After": "5"},
-        ) from None
+        raise _limits_unavailable() from None
+
+
+def _limits_unavailable() -> GatewayError:
+    return GatewayError(
+        503,
+        "Limits cannot be checked right now; retry shortly.",
+        type="server_error",
+        code="limits_unavailable",
+        headers={"Retry-After": "5"},
+    )
 
 
 async def count_refused_request(
@@ -126,10 +130,13 @@ async def count_refused_request(
         return {}
     batch = priority == PriorityClass.BATCH and settings.SLUICE_QUOTA_INTERACTIVE_RESERVE > 0
     ticket = Ticket(counters=quota_counters(), slot="")
-    if _counted_in_memory():
-        _check_requests(_rpm_usage(rpm, batch), ticket)
-    else:
-        await _count_request(rpm, ticket, batch)
+    try:
+        if _counted_in_memory():
+            _check_requests(_rpm_usage(rpm, batch), ticket)
+        else:
+            await _count_request(rpm, ticket, batch)
+    except QuotaStoreDown:  # Redis is away and quotas fail closed
+        raise _limits_unavailable() from None
     return ticket.headers
 
 

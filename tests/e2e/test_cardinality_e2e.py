@@ -87,3 +87,28 @@ def test_refused_calls_count_against_the_keys_requests_per_minute(
     assert real.status_code == 429  # the limit is spent: by refused calls too
     record = call_record(refused[0].headers["x-sluice-request-id"])
     assert (record.outcome, record.status_code) == ("rate_limited", 429)
+
+
+def test_a_refused_call_when_limits_cannot_be_counted_is_a_503_not_a_500(
+    e2e_database: str, issue_key, committed_db
+) -> None:
+    """Redis away and quotas failing closed: counting a refused call's request is refused
+    the way every limit is then (503 limits_unavailable), never a 500."""
+    from quotas.services import limit_set
+    from tests.conftest import _gateway, free_port
+
+    key = issue_key()
+    limit_set(scope="key", name=key.prefix, requests_per_minute=100)
+    env = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        "SLUICE_QUOTAS_WHEN_REDIS_DOWN": "closed",
+    }
+    runs = _gateway(e2e_database, extra_env=env)
+    gateway = next(runs)
+    try:
+        with httpx.Client() as client:
+            answer = _post(client, gateway, key.plaintext, f"no-such-{uuid.uuid4().hex}")
+    finally:
+        next(runs, None)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "limits_unavailable"
