@@ -6,10 +6,11 @@ worker, is still found (accounts/authentication.py)."""
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.db.backends import utils
 
 from accounts.authentication import authenticate, forget_cached_keys, known_prefixes
@@ -38,6 +39,14 @@ def queries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     forget_cached_keys()
     yield seen
     forget_cached_keys()
+
+
+@pytest.fixture(autouse=True)
+async def _closed_after() -> AsyncIterator[None]:
+    """The connection of the thread `sync_to_async` ran the setup on is closed after each
+    test, so the test database can be dropped at the end of the session."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 def _made_up() -> str:

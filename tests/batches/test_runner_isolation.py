@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.files.base import ContentFile
+from django.db import connections
 from django.utils import timezone
 
 from accounts.models import Application, Team
@@ -73,3 +74,4 @@ async def test_a_batch_that_trips_the_runner_never_holds_up_the_others(caplog) -
     assert runner.failing == {broken.id: 5}
     async for source in BatchFile.objects.filter(id__in=["file-broken", "file-good"]):
         await sync_to_async(batch_storage().delete)(source.storage_name)
+    await sync_to_async(connections.close_all)()  # the test database can be dropped at the end
