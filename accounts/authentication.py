@@ -1,13 +1,22 @@
-"""Key authentication for the proxy, without a database query per request for a hot key.
+"""Key authentication for the proxy, without a database query per request for a hot key,
+nor for a made-up one.
 
 Each worker keeps what it learned about a key for at most `SLUICE_KEY_CACHE_SECONDS` (2 s
 by default; a hot key is reloaded in the background before then), so a revoked key stops
 working on every worker within that time; with Redis, revoking it tells every worker to
-drop it at once (core/refresh.py). Expiry is checked against the cached expiry time on
-every request, so it is exact.
+drop it at once (core/refresh.py: a change to a key, member, application or team drops
+only the keys it names). While the database does not answer, a cached key keeps working
+for `SLUICE_STALE_IF_ERROR_SECONDS` (core/refresh.py). Expiry is checked against the
+cached expiry time on every request, so it is exact.
+
+Every key's prefix is kept in memory (`_KnownPrefixes`): a prefix that is not there is
+refused without a query of its own (see there).
 """
 
+import asyncio
+import math
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -18,7 +27,7 @@ from accounts.keys import key_matches, key_prefix_of
 from accounts.models import ApiKey
 from core.db import db_read_on_request
 from core.errors import unauthorized
-from core.refresh import KEYS, RefreshingCache
+from core.refresh import KEYS, RefreshingCache, on_change
 
 _LAST_USED_EVERY = timedelta(minutes=1)
 
@@ -50,8 +59,20 @@ class Principal:
     cache_ttl_seconds: int = 0  # the application's response cache (0: off)
 
 
+def _named(prefix: Hashable, principal: Principal | None, selector: str) -> bool:
+    """Whether a change (`prefix=…`, `member=7`, `application=3`, `team=2`) names this key;
+    one this code does not know names every key."""
+    what, _, value = selector.partition("=")
+    if what == "prefix":
+        return prefix == value
+    ids = {"member": "member_id", "application": "application_id", "team": "team_id"}
+    if what not in ids:
+        return True
+    return principal is not None and str(getattr(principal, ids[what])) == value
+
+
 _principals: RefreshingCache[Principal | None] = RefreshingCache(
-    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=KEYS
+    lambda: settings.SLUICE_KEY_CACHE_SECONDS, name=KEYS, select=_named
 )
 
 
@@ -89,9 +110,71 @@ def _load(prefix: str) -> Principal | None:
     )
 
 
+def _all_prefixes() -> list[str]:
+    return list(ApiKey.objects.values_list("prefix", flat=True))
+
+
+class _KnownPrefixes:
+    """Every key's prefix, in this worker's memory. A prefix missing from it is looked for
+    in a load of the whole set (one query) begun after the request arrived, so a key made a
+    moment ago by a process that could not tell this worker (no Redis) is still found; loads
+    run one at a time, at most one every `SLUICE_KEY_PREFIXES_RELOAD_SECONDS`, and every
+    missing prefix that arrives meanwhile waits for the next one: a flood of made-up
+    prefixes costs a query a second, not one each. A new key's invalidation message adds its
+    prefix at once (`keys:prefix=…`). Prefixes of deleted keys stay (a lookup then finds
+    nothing): the set only says which prefixes may be keys."""
+
+    def __init__(self) -> None:
+        self.prefixes: set[str] = set()
+        self.loads = 0  # whole-set loads begun (tests and benchmarks read it)
+        self._begun = -math.inf  # when the last load that succeeded began (monotonic)
+        self._tried = -math.inf  # when the last load began
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, prefix: str) -> None:
+        self.prefixes.add(prefix)
+
+    def forget(self) -> None:
+        self.prefixes.clear()
+        self._begun = self._tried = -math.inf
+
+    async def may_exist(self, prefix: str) -> bool:
+        if prefix in self.prefixes:
+            return True
+        arrived = time.monotonic()
+        while self._begun < arrived:  # no load begun since the request arrived
+            task = self._task
+            if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+                task = self._task = asyncio.ensure_future(self._load())
+            await asyncio.shield(task)  # a database outage is a 503 (database_unavailable)
+        return prefix in self.prefixes
+
+    async def _load(self) -> None:
+        pause = self._tried + settings.SLUICE_KEY_PREFIXES_RELOAD_SECONDS - time.monotonic()
+        if pause > 0:
+            await asyncio.sleep(pause)
+        begun = self._tried = time.monotonic()
+        self.loads += 1
+        self.prefixes.update(await db_read_on_request(_all_prefixes))
+        self._begun = begun
+
+
+known_prefixes = _KnownPrefixes()
+
+
+def _key_changed(selector: str | None) -> None:
+    """A key was saved (made, revoked, rotated): its prefix may be a key from now on."""
+    what, _, prefix = (selector or "").partition("=")
+    if what == "prefix" and prefix:
+        known_prefixes.add(prefix)
+        _unknown.pop(prefix, None)
+
+
+on_change(KEYS, _key_changed)
+
 # Prefixes no key has, remembered apart from the keys (a flood of made-up ones must not push
-# real keys out): a client retrying with a wrong key costs no query. Safe to keep a while:
-# a new key's prefix is random, so it was never looked up before it existed.
+# real keys out): a client retrying with a wrong key is answered at once. Safe to keep a
+# while: a new key's prefix is random, so it was never looked up before it existed.
 _unknown: dict[str, float] = {}
 _MAX_UNKNOWN = 100_000
 
@@ -102,7 +185,10 @@ async def _principal_for(prefix: str) -> Principal | None:
         if time.monotonic() < until:
             return None
         del _unknown[prefix]
-    principal = await _principals.get(prefix, lambda: db_read_on_request(_load, prefix))
+    if not await known_prefixes.may_exist(prefix):
+        principal = None
+    else:
+        principal = await _principals.get(prefix, lambda: db_read_on_request(_load, prefix))
     if principal is None:
         if len(_unknown) >= _MAX_UNKNOWN:
             _unknown.clear()
@@ -145,3 +231,4 @@ def forget_cached_keys() -> None:
     """Forget every key this worker knows, found or not (tests start from a cold cache)."""
     _principals.clear()
     _unknown.clear()
+    known_prefixes.forget()

@@ -31,6 +31,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -45,10 +46,11 @@ from batches.pacing import route_spare
 from batches.selectors import ActiveBatch
 from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
-from core.errors import error_body, json_object
+from core.errors import GatewayError, error_body, json_object
 from core.outcomes import Outcome
 from routing.audit import CallLog, new_request_id
 from routing.catalog import catalog
+from routing.payloads import load_body
 from routing.proxy import serve
 
 log = logging.getLogger("sluice.batches")
@@ -76,6 +78,8 @@ class Runner:
     lines: dict[int, _Running] = field(default_factory=dict)
     preempted: int = 0  # calls that gave their slot to an interactive call (lines run again)
     _ended: asyncio.Event = field(default_factory=asyncio.Event)  # a line ended since the look
+    failing: dict[str, int] = field(default_factory=dict)  # batch id: ticks it failed in a row
+    tick_failures: int = 0  # ticks in a row that could not read the batches
 
     async def run(self, stop: asyncio.Event) -> None:
         renewer = asyncio.create_task(self._renew_leases(stop))
@@ -85,8 +89,14 @@ class Runner:
                 self._ended.clear()
                 try:
                     await self.tick()
-                except Exception:
-                    log.exception("batch runner tick failed; next tick in a moment")
+                except Exception:  # the batches could not be read: the database, say
+                    self.tick_failures += 1
+                    if self.tick_failures == 1:
+                        log.exception("batch runner tick failed; trying again every tick")
+                else:
+                    if self.tick_failures:
+                        log.info("batch runner ticks again after %d failed", self.tick_failures)
+                    self.tick_failures = 0
                 await self._pause(stop, looked)
         finally:
             renewer.cancel()
@@ -98,24 +108,48 @@ class Runner:
         await self._abandon(lambda r: r.batch_id not in known)  # finished or deleted
         now = timezone.now()
         for batch in batches:
-            if batch.status == Status.VALIDATING:
-                await db_write(services.batch_validate, batch_id=batch.id, runner=self.name)
-            elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
-                await self._abandon(lambda r, b=batch.id: r.batch_id == b)
-                await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+            # Each batch alone: one that trips the runner waits for the next tick and is
+            # logged once; it never keeps the runner from the batches after it.
+            try:
+                await self._step(batch, now)
+            except Exception:
+                self._failed(batch.id)
             else:
-                if window_open(parse_windows(batch.windows), batch.time_zone, now):
-                    started = await self._start_lines(batch)
-                else:
-                    # Closed: start nothing; lines in flight finish, lines waiting go back.
-                    await self._abandon(lambda r, b=batch.id: r.batch_id == b and r.waiting)
-                    started = 0
-                if (
-                    not started
-                    and not self._mine(batch.id)
-                    and not await db_read(selectors.batch_unfinished, batch.id)
-                ):
-                    await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+                self._recovered(batch.id)
+        for gone in set(self.failing) - known:
+            del self.failing[gone]
+
+    async def _step(self, batch: ActiveBatch, now: datetime) -> None:
+        if batch.status == Status.VALIDATING:
+            await db_write(services.batch_validate, batch_id=batch.id, runner=self.name)
+        elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
+            await self._abandon(lambda r, b=batch.id: r.batch_id == b)
+            await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+        else:
+            if window_open(parse_windows(batch.windows), batch.time_zone, now):
+                started = await self._start_lines(batch)
+            else:
+                # Closed: start nothing; lines in flight finish, lines waiting go back.
+                await self._abandon(lambda r, b=batch.id: r.batch_id == b and r.waiting)
+                started = 0
+            if (
+                not started
+                and not self._mine(batch.id)
+                and not await db_read(selectors.batch_unfinished, batch.id)
+            ):
+                await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+
+    def _failed(self, batch_id: str) -> None:
+        """Log a batch's failure once (with its traceback), not on every tick it repeats."""
+        times = self.failing.get(batch_id, 0)
+        self.failing[batch_id] = times + 1
+        if not times:
+            log.exception("batch %s: the runner could not handle it; trying again", batch_id)
+
+    def _recovered(self, batch_id: str) -> None:
+        times = self.failing.pop(batch_id, 0)
+        if times:
+            log.info("batch %s: handled again after %d failed ticks", batch_id, times)
 
     async def _pause(self, stop: asyncio.Event, looked: float) -> None:
         """Until the next look: a tick, or a line ending (its slot may be spare now; a
@@ -165,39 +199,18 @@ class Runner:
         raw: bytes,
     ) -> None:
         """One line, as a call of class batch; a refusal by a limit waits and goes again."""
-        endpoint = ENDPOINTS[batch.endpoint]
-        body = json.dumps(json.loads(raw)["body"]).encode()
         try:
-            while True:
-                call = CallLog(
-                    request_id=new_request_id(),
-                    endpoint=endpoint.value,
-                    client_ip=None,
-                    batch_id=batch.id,
-                    custom_id=line.custom_id,
-                )
-                # Read again before every attempt (a worker's cache, refreshed within
-                # SLUICE_KEY_CACHE_SECONDS): a key revoked or expired, or its member
-                # deactivated, while the batch runs stops its next lines.
-                principal = await principal_for_prefix(batch.key_prefix)
-                if not _usable(principal):
-                    status, content = 401, _key_gone(batch.key_prefix)
-                    break
-                response = await serve(
-                    call, _request_for(body), endpoint, principal, preemptible=True
-                )
-                status, content = response.status_code, response.content
-                if call.outcome == Outcome.PREEMPTED:
-                    self.preempted += 1
-                    await db_write(services.line_release, line_id=line.id, runner=self.name)
-                    return
-                wait = _retry_wait(status, content, response.get("Retry-After"))
-                if wait is None:
-                    break
-                self.lines[line.id].waiting = True
-                await asyncio.sleep(wait)
-                self.lines[line.id].waiting = False
-            result = _output_line(batch.id, line, call.request_id, status, content)
+            body = _line_body(raw)
+            if body is None:  # validation passed it, so the file changed since: it fails alone
+                answer = new_request_id(), 400, _unreadable(line.number)
+            else:
+                answer = await self._call(batch, line, body)
+            if answer is None:  # preempted: the line goes back to pending
+                self.preempted += 1
+                await db_write(services.line_release, line_id=line.id, runner=self.name)
+                return
+            request_id, status, content = answer
+            result = _output_line(batch.id, line, request_id, status, content)
             done = await db_write(
                 services.line_finish,
                 line_id=line.id,
@@ -216,6 +229,39 @@ class Runner:
         finally:
             self.lines.pop(line.id, None)
             self._ended.set()
+
+    async def _call(
+        self,
+        batch: ActiveBatch,
+        line: services.ClaimedLine,
+        body: bytes,
+    ) -> tuple[str, int, bytes] | None:
+        """The line's answer (request id, status, body) or None when it was preempted."""
+        endpoint = ENDPOINTS[batch.endpoint]
+        while True:
+            call = CallLog(
+                request_id=new_request_id(),
+                endpoint=endpoint.value,
+                client_ip=None,
+                batch_id=batch.id,
+                custom_id=line.custom_id,
+            )
+            # Read again before every attempt (a worker's cache, refreshed within
+            # SLUICE_KEY_CACHE_SECONDS): a key revoked or expired, or its member
+            # deactivated, while the batch runs stops its next lines.
+            principal = await principal_for_prefix(batch.key_prefix)
+            if not _usable(principal):
+                return call.request_id, 401, _key_gone(batch.key_prefix)
+            response = await serve(call, _request_for(body), endpoint, principal, preemptible=True)
+            if call.outcome == Outcome.PREEMPTED:
+                return None
+            status, content = response.status_code, response.content
+            wait = _retry_wait(status, content, response.get("Retry-After"))
+            if wait is None:
+                return call.request_id, status, content
+            self.lines[line.id].waiting = True
+            await asyncio.sleep(wait)
+            self.lines[line.id].waiting = False
 
     async def _abandon(self, which: Any) -> None:
         """Cancel the matching lines (each gives its line back) and wait for them."""
@@ -287,6 +333,23 @@ def _usable(principal: Principal | None) -> bool:
     if principal is None or principal.revoked or not principal.member_active:
         return False
     return principal.expires_at is None or principal.expires_at > timezone.now()
+
+
+def _line_body(raw: bytes) -> bytes | None:
+    """The line's request body, or None when the line no longer reads (the live reader)."""
+    try:
+        body = load_body(raw).get("body")
+    except GatewayError:
+        return None
+    return json.dumps(body).encode() if isinstance(body, dict) else None
+
+
+def _unreadable(number: int) -> bytes:
+    return error_body(
+        f"Line {number} of the input file could not be read as a request.",
+        type="invalid_request_error",
+        code="invalid_request",
+    )
 
 
 def _key_gone(prefix: str) -> bytes:

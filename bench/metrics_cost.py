@@ -41,7 +41,7 @@ def record_cost(n: int = 200_000) -> float:
     from routing.metrics import metrics_record
 
     call = CallLog(request_id="r", endpoint="chat/completions", client_ip=None)
-    call.requested_model, call.served_deployment, call.priority = "smart", "small", "batch"
+    call.route, call.served_deployment, call.priority = "smart", "small", "batch"
     call.tokens_in, call.tokens_out, call.latency_ms, call.queue_ms = 10, 20, 140.0, 3.0
     call.attempts = [AttemptLog(number=1, deployment="small", started_at=call.created_at)]
     started = time.perf_counter()

@@ -169,6 +169,12 @@ SLUICE_CATALOG_CACHE_SECONDS = float(os.environ.get("SLUICE_CATALOG_CACHE_SECOND
 # How long a call waits on the database for something it needs and no worker has cached
 # (a key seen for the first time): past it, 503 with Retry-After.
 SLUICE_DB_REQUEST_SECONDS = float(os.environ.get("SLUICE_DB_REQUEST_SECONDS", 2))
+# Stale if error: while the database does not answer, a cached key, route or limit is
+# still served this long past its time to live (core/refresh.py); a change still drops it.
+SLUICE_STALE_IF_ERROR_SECONDS = float(os.environ.get("SLUICE_STALE_IF_ERROR_SECONDS", 300))
+# A key prefix no worker knows is looked for in a load of every prefix (one query), at most
+# one load this often per worker, however many made-up prefixes arrive (accounts/authentication.py).
+SLUICE_KEY_PREFIXES_RELOAD_SECONDS = float(os.environ.get("SLUICE_KEY_PREFIXES_RELOAD_SECONDS", 1))
 # How long an unknown key prefix is remembered as unknown (no database query for it).
 SLUICE_UNKNOWN_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_UNKNOWN_KEY_CACHE_SECONDS", 30))
 # How long a client may take to send the body it announced (408 after).

@@ -77,7 +77,7 @@ def database_unavailable() -> GatewayError:
         "Sluice cannot reach its database right now. Retry after the time in Retry-After.",
         type="server_error",
         code="database_unavailable",
-        outcome=Outcome.INTERNAL_ERROR,
+        outcome=Outcome.DATABASE_UNAVAILABLE,
         headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
     )
 

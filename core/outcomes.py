@@ -17,4 +17,5 @@ class Outcome(models.TextChoices):
     RATE_LIMITED = "rate_limited"  # refused by Sluice's own limits, before any upstream
     BUDGET_EXCEEDED = "budget_exceeded"
     CONCURRENCY_LIMITED = "concurrency_limited"
+    DATABASE_UNAVAILABLE = "database_unavailable"  # Sluice's database did not answer in time
     INTERNAL_ERROR = "internal_error"

@@ -104,13 +104,40 @@ async def reserve_quota(
     try:
         return await _reserve(principal, tokens, cost_ceiling, slot, batch)
     except QuotaStoreDown:
-        raise GatewayError(
-            503,
-            "Limits cannot be checked right now; retry shortly.",
-            type="server_error",
-            code="limits_unavailable",
-            headers={"Retry-After": "5"},
-        ) from None
+        raise _limits_unavailable() from None
+
+
+def _limits_unavailable() -> GatewayError:
+    return GatewayError(
+        503,
+        "Limits cannot be checked right now; retry shortly.",
+        type="server_error",
+        code="limits_unavailable",
+        headers={"Retry-After": "5"},
+    )
+
+
+async def count_refused_request(
+    principal: Principal, *, priority: str = PriorityClass.INTERACTIVE
+) -> dict[str, str]:
+    """Count a call refused before its quotas are reserved (a model that names no route, or
+    one the application may not use) against the principal's requests per minute: refused
+    calls are not free, so a key's limit stops a flood of them too. Raise 429 when a scope
+    is over; else the x-ratelimit-*-requests headers to send with the refusal."""
+    limits = await limits_for(principal)
+    rpm = [s for s in limits if s.requests_per_minute]
+    if not rpm:
+        return {}
+    batch = priority == PriorityClass.BATCH and settings.SLUICE_QUOTA_INTERACTIVE_RESERVE > 0
+    ticket = Ticket(counters=quota_counters(), slot="")
+    try:
+        if _counted_in_memory():
+            _check_requests(_rpm_usage(rpm, batch), ticket)
+        else:
+            await _count_request(rpm, ticket, batch)
+    except QuotaStoreDown:  # Redis is away and quotas fail closed
+        raise _limits_unavailable() from None
+    return ticket.headers
 
 
 async def _reserve(

@@ -56,6 +56,9 @@ class AttemptLog:
     skipped: str = ""  # not sent: breaker, concurrency, budget or drain
 
 
+UNKNOWN_ROUTE = "unknown"  # the route of a call naming a model that is no route
+
+
 @dataclass
 class CallLog:
     request_id: str
@@ -71,7 +74,10 @@ class CallLog:
     priority: str = ""
     queue_ms: float | None = None  # waited for a slot (None: never queued)
     queue_position: int | None = None
-    requested_model: str = ""
+    requested_model: str = ""  # as the client named it (stored in the call's row)
+    # What metrics and rollups key on: the route's name, UNKNOWN_ROUTE when the model names
+    # none, "" before a model was read. A bounded set, whatever clients send.
+    route: str = ""
     served_deployment: str = ""
     upstream_model: str = ""
     stream: bool = False
@@ -246,7 +252,7 @@ def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
 
     def row(call: CallLog, deployment: str) -> dict[str, Any]:
         hour = call.created_at.replace(minute=0, second=0, microsecond=0)
-        route = storable(call.requested_model[:200])
+        route = call.route
         found = rows.get((hour, call.key_prefix, route, deployment))
         if found is None:
             found = rows[(hour, call.key_prefix, route, deployment)] = {

@@ -1,8 +1,11 @@
 """Which changes drop which cached values (core/refresh.py): a saved or deleted key,
-member, team or application drops the keys; a limit, the limits; an upstream, deployment
-(a drain too), route or chain, the catalog. Connected once, in RoutingConfig.ready, so the
-admin, the console, the management commands and the config file all tell the workers."""
+member, team or application drops the keys it names (`keys:prefix=…`, `keys:member=7`, …:
+a revocation stops that key at once and leaves every other key's cached value alone, which
+matters while the database is away); a limit, the limits; an upstream, deployment (a drain
+too), route or chain, the catalog. Connected once, in RoutingConfig.ready, so the admin,
+the console, the management commands and the config file all tell the workers."""
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models.signals import m2m_changed, post_delete, post_save
@@ -10,13 +13,17 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 
 
-def _dropping(*names: str) -> Any:
+def _dropping(*names: str, named: Callable[[Any], str] | None = None) -> Any:
     def receiver(sender: Any, **kwargs: Any) -> None:
         if kwargs.get("raw"):  # loading fixtures
             return
         if kwargs.get("update_fields") == frozenset({"last_used_at"}):
             return  # a key's use, not a change
-        invalidate(*names)
+        instance = kwargs.get("instance")
+        if named is None or instance is None:
+            invalidate(*names)
+        else:
+            invalidate(*(f"{name}:{named(instance)}" if name == KEYS else name for name in names))
 
     return receiver
 
@@ -29,19 +36,19 @@ def connect() -> None:
     from quotas.models import Limit
     from routing.models import Deployment, Route, RouteDeployment, Upstream
 
-    watched: list[tuple[Any, tuple[str, ...]]] = [
-        (ApiKey, (KEYS,)),
-        (Member, (KEYS,)),
-        (Team, (KEYS, LIMITS)),
-        (Application, (KEYS,)),
-        (Limit, (LIMITS,)),
-        (Upstream, (CATALOG,)),
-        (Deployment, (CATALOG,)),
-        (Route, (CATALOG,)),
-        (RouteDeployment, (CATALOG,)),
+    watched: list[tuple[Any, tuple[str, ...], Callable[[Any], str] | None]] = [
+        (ApiKey, (KEYS,), lambda key: f"prefix={key.prefix}"),
+        (Member, (KEYS,), lambda member: f"member={member.pk}"),
+        (Team, (KEYS, LIMITS), lambda team: f"team={team.pk}"),
+        (Application, (KEYS,), lambda application: f"application={application.pk}"),
+        (Limit, (LIMITS,), None),
+        (Upstream, (CATALOG,), None),
+        (Deployment, (CATALOG,), None),
+        (Route, (CATALOG,), None),
+        (RouteDeployment, (CATALOG,), None),
     ]
-    for model, names in watched:
-        receiver = _dropping(*names)
+    for model, names, named in watched:
+        receiver = _dropping(*names, named=named)
         _receivers.append(receiver)
         post_save.connect(receiver, sender=model, dispatch_uid=f"sluice-drop-{model.__name__}")
         post_delete.connect(receiver, sender=model, dispatch_uid=f"sluice-gone-{model.__name__}")

@@ -87,7 +87,7 @@ _local = Counts()
 
 def metrics_record(call: Any) -> None:
     """Count one finished call (a routing.audit.CallLog). Cheap: dictionary additions."""
-    route, served, priority = call.requested_model[:200], call.served_deployment, call.priority
+    route, served, priority = call.route, call.served_deployment, call.priority
     _local.add("sluice_calls", (route, served, call.outcome, priority or "none"))
     for attempt in call.attempts:
         if not attempt.skipped:

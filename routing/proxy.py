@@ -22,7 +22,8 @@ from accounts.authentication import Principal, authenticate, presented_key
 from core.errors import GatewayError, database_unavailable, error_message
 from core.outcomes import Outcome
 from quotas.priority import priority_for
-from routing.audit import CallLog, new_request_id
+from quotas.reservation import count_refused_request
+from routing.audit import UNKNOWN_ROUTE, CallLog, new_request_id
 from routing.cache_replay import replay
 from routing.call_size import enforce_ceilings, reserve_call_quota
 from routing.catalog import RouteSpec, catalog
@@ -75,13 +76,13 @@ async def serve(
         client_request = await _parse(protocol, endpoint, request.body)
         client_request.account_headers = account_headers(request.headers)
         call.requested_model, call.stream = client_request.model, client_request.stream
-        route = await _route_for(principal, client_request.model)
-        route = shape_for(route, protocol, client_request)  # native, or chat when crossing
-        call.degraded = client_request.degraded
         call.priority = priority_for(
             application_default=principal.default_priority,
             requested=request.headers.get("x-sluice-priority"),
         )
+        route = await _route_for(call, principal, client_request.model)
+        route = shape_for(route, protocol, client_request)  # native, or chat when crossing
+        call.degraded = client_request.degraded
         fallback = fallback_for(
             application_default=principal.fallback,
             requested=request.headers.get("x-sluice-fallback"),
@@ -209,25 +210,31 @@ def _identify(call: CallLog, principal: Principal) -> None:
     call.team_id = principal.team_id
 
 
-async def _route_for(principal: Principal, model: str) -> RouteSpec:
+async def _route_for(call: CallLog, principal: Principal, model: str) -> RouteSpec:
+    """The route the model names. Nothing is keyed on a name that is no route (the call's
+    `route` is then UNKNOWN_ROUTE), and a refused call still costs the key a request."""
     route = (await catalog.routes()).get(model)
+    call.route = route.name if route is not None else UNKNOWN_ROUTE
+    if route is not None and model in principal.allowed_routes:
+        return route
+    headers = await count_refused_request(principal, priority=call.priority)  # 429 if over
     if route is None:
         raise GatewayError(
             404,
             f"The model `{model}` does not exist.",
             code="model_not_found",
             param="model",
+            headers=headers,
         )
-    if model not in principal.allowed_routes:
-        raise GatewayError(
-            403,
-            f"Application {principal.application_slug} may not use the model `{model}`.",
-            type="permission_error",
-            code="model_not_allowed",
-            param="model",
-            outcome=Outcome.FORBIDDEN,
-        )
-    return route
+    raise GatewayError(
+        403,
+        f"Application {principal.application_slug} may not use the model `{model}`.",
+        type="permission_error",
+        code="model_not_allowed",
+        param="model",
+        outcome=Outcome.FORBIDDEN,
+        headers=headers,
+    )
 
 
 # Bodies past this size are parsed on a thread: the event loop keeps serving other calls

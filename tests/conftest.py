@@ -307,9 +307,9 @@ def issue_key(gateway: GatewayHandle, committed_db: None) -> Callable[..., Issue
     from accounts.models import Team
     from accounts.services import key_issue, member_ensure
 
-    def issue(application: str = "demo", **kwargs: Any) -> IssuedKey:
+    def issue(application: str = "demo", team: str = "demo", **kwargs: Any) -> IssuedKey:
         email = f"{uuid.uuid4().hex[:10]}@example.com"
-        member_ensure(email=email, team=Team.objects.get(slug="demo"))
+        member_ensure(email=email, team=Team.objects.get(slug=team))
         key, plaintext = key_issue(member_email=email, application_slug=application, **kwargs)
         return IssuedKey(plaintext, key.prefix, email)
 

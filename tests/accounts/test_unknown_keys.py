@@ -13,15 +13,21 @@ from core.errors import GatewayError
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The prefixes looked up in the database (the real loader, counted)."""
+    """The database looks for prefixes (the real loaders, counted): one key, or every
+    prefix (`*`)."""
     seen: list[str] = []
-    real = authentication._load
+    real, real_all = authentication._load, authentication._all_prefixes
 
     def counted(prefix: str):
         seen.append(prefix)
         return real(prefix)
 
+    def counted_all():
+        seen.append("*")
+        return real_all()
+
     monkeypatch.setattr(authentication, "_load", counted)
+    monkeypatch.setattr(authentication, "_all_prefixes", counted_all)
     forget_cached_keys()
     yield seen
     forget_cached_keys()

@@ -83,3 +83,31 @@ def test_duplicate_custom_ids_and_limits() -> None:
     assert [e.code for e in errors] == ["too_many_lines"]
     _, errors = _check(b"\n")
     assert [e.code for e in errors] == ["empty_file"]
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+_HUGE = b"9" * 5_000
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [
+        b'{"custom_id": "p", "body": ' + _DEEP + b"}\n",  # the line itself nested too deep
+        _DEEP + b"\n",
+        b'{"custom_id": "p", "n": ' + _HUGE + b"}\n",  # an integer Python will not read
+        b'{"custom_id": "p", "method": "POST", "url": "/v1/chat/completions", "body": '
+        b'{"model": "fast", "messages": [{"role": "user"}], "seed": ' + _HUGE + b"}}\n",
+        b'{"custom_id": "p", "method": "POST", "url": "/v1/chat/completions", "body": '
+        b'{"model": "fast", "messages": [{"role": "user"}], "temperature": NaN}}\n',
+    ],
+    ids=["nested-line", "nested-array", "huge-int", "huge-int-in-body", "nan-in-body"],
+)
+def test_a_poison_line_fails_its_own_line_and_the_rest_is_still_checked(poison: bytes) -> None:
+    specs, errors = _check(_line("a"), poison, _line("b"), _line("b"))
+    assert [s.number for s in specs] == [1, 3]
+    assert [(e.line, e.code) for e in errors] == [
+        (2, "invalid_json_line"),
+        (4, "duplicate_custom_id"),
+    ]
+    assert errors[0].message.startswith("Line 2")
+    assert len(errors[0].message) < 300  # says what is wrong, without echoing the line

@@ -39,7 +39,7 @@ def call(
     log.team_id = key.member.team_id
     log.key_prefix = key.prefix
     log.priority = priority
-    log.requested_model = route
+    log.requested_model = log.route = route
     log.stream = stream
     log.outcome = outcome
     log.status_code = 200 if outcome == Outcome.SUCCESS else 503

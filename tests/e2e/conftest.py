@@ -58,7 +58,7 @@ def batch_apps(
 ) -> dict[str, str]:
     """Route `lag` (deployment lag: 8 slots, 2 kept for interactive calls) and three
     applications with routes fast and lag: `batchapp`, `nightly` (the tests set its batch
-    window) and `limited` (2 calls in flight at most)."""
+    window) and `limited` (2 calls in flight at most); and `rivalapp`, of another team."""
     from routing.config_file import apply_config, validate_config
 
     config = {
@@ -73,7 +73,9 @@ def batch_apps(
             }
         ],
         "routes": [{"name": "lag", "chain": ["lag"]}],
+        "teams": [{"slug": "rival", "name": "Rival team"}],
         "applications": [
+            {"slug": "rivalapp", "team": "rival", "routes": ["fast"]},
             {"slug": "batchapp", "team": "demo", "routes": ["fast", "lag"]},
             {"slug": "nightly", "team": "demo", "routes": ["fast", "lag"]},
             {"slug": "limited", "team": "demo", "routes": ["fast", "lag"]},
@@ -133,8 +135,8 @@ def batch_client(
 ) -> Callable[[str], OpenAI]:
     """An SDK client with a new key of the given application."""
 
-    def client(application: str = "batchapp") -> OpenAI:
-        key = issue_key(application=application)
+    def client(application: str = "batchapp", team: str = "demo") -> OpenAI:
+        key = issue_key(application=application, team=team)
         return OpenAI(base_url=f"{batch_gateway.url}/v1", api_key=key.plaintext, max_retries=0)
 
     return client

@@ -359,3 +359,52 @@ def test_two_runners_share_a_batch_and_send_each_line_once(
     assert Counter(r.custom_id for r in records if r.outcome == "success") == Counter(
         f"req-{i}" for i in range(40)
     )
+
+
+def test_a_poison_file_fails_its_own_batch_and_another_teams_batch_still_runs(
+    batch_client, start_runner, tmp_path: Path
+) -> None:
+    """One line nested 100,000 deep and one with a 5,000-digit integer: team A's batch fails
+    with line-numbered errors; team B's batch, queued behind it, completes within seconds;
+    the runner logs no traceback."""
+    attacker, bystander = batch_client("batchapp"), batch_client("rivalapp", team="rival")
+    runner = start_runner()
+    deep = "[" * 100_000 + "]" * 100_000
+    good = chat_lines(1)[0]
+    raw = (
+        json.dumps(good)
+        + "\n"
+        + '{"custom_id": "deep", "method": "POST", "url": "/v1/chat/completions", "body": '
+        + deep
+        + "}\n"
+        + '{"custom_id": "huge", "method": "POST", "url": "/v1/chat/completions", "body": '
+        + '{"model": "fast", "messages": [{"role": "user", "content": "x"}], "seed": '
+        + "9" * 5_000
+        + "}}\n"
+    )
+    path = tmp_path / "poison.jsonl"
+    path.write_text(raw)
+    poison = attacker.batches.create(
+        input_file_id=attacker.files.create(file=path.open("rb"), purpose="batch").id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    innocent = bystander.batches.create(
+        input_file_id=upload(bystander, chat_lines(3), tmp_path),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    started = time.monotonic()
+    done = _poll(bystander, innocent.id, FINAL, timeout=20)
+    assert done.status == "completed" and done.request_counts.completed == 3
+    assert time.monotonic() - started < 10
+    failed = _poll(attacker, poison.id, FINAL, timeout=10)
+    assert failed.status == "failed"
+    assert {(e.line, e.code) for e in failed.errors.data} == {
+        (2, "invalid_json_line"),
+        (3, "invalid_json_line"),
+    }
+    assert all(f"Line {e.line}" in e.message for e in failed.errors.data)
+    assert runner.poll() is None  # the runner is alive
+    log = (tmp_path / "runner-0.log").read_text()
+    assert "Traceback" not in log and len(log) < 10_000, log[-2000:]

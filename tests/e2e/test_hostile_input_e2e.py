@@ -8,6 +8,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -127,15 +128,19 @@ def test_refusals_for_unknown_keys_are_sampled_in_the_audit(gateway, committed_d
 
     started = time.time()
     marker = uuid.uuid4().hex[:8]
-    with httpx.Client(base_url=gateway.url) as client:
-        for i in range(60):
-            key = f"sk-sluice-{uuid.uuid4().hex[:12]}-{marker}{i:035d}"
-            response = client.post(
-                "/v1/chat/completions",
-                headers={"authorization": f"Bearer {key}"},
-                json=_body("chat/completions"),
-            )
-            assert response.status_code == 401
+
+    def made_up(i: int) -> int:
+        key = f"sk-sluice-{uuid.uuid4().hex[:12]}-{marker}{i:035d}"
+        return client.post(
+            "/v1/chat/completions",
+            headers={"authorization": f"Bearer {key}"},
+            json=_body("chat/completions"),
+        ).status_code
+
+    # A flood comes at once (a made-up prefix waits for the next load of every prefix,
+    # at most one a second: one after the other, 60 would take a minute).
+    with httpx.Client(base_url=gateway.url) as client, ThreadPoolExecutor(20) as pool:
+        assert set(pool.map(made_up, range(60))) == {401}
         time.sleep(1.1)
         last = client.post("/v1/chat/completions", json=_body("chat/completions"))
     elapsed = time.time() - started

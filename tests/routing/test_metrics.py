@@ -40,7 +40,7 @@ def test_a_call_counts_by_route_deployment_outcome_priority_and_attempt_class(mo
     counts = Counts()
     monkeypatch.setattr(metrics, "_local", counts)
     call = CallLog(request_id="r1", endpoint="chat/completions", client_ip=None)
-    call.requested_model, call.served_deployment, call.priority = "smart", "small", "batch"
+    call.route, call.served_deployment, call.priority = "smart", "small", "batch"
     call.tokens_in, call.tokens_out, call.latency_ms, call.queue_ms = 7, 11, 300.0, 20.0
     call.attempts = [
         AttemptLog(number=1, deployment="big", started_at=call.created_at, error_class="capacity"),

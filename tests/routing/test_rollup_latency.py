@@ -46,10 +46,10 @@ def test_rollups_upsert_per_route_and_add_up_across_batches():
     from quotas.models import UsageRollup
 
     first, second = _call(1, 50), _call(2, 300)
-    first.requested_model, second.requested_model = "smart", "fast"
+    first.route, second.route = "smart", "fast"
     _write([first, second])
     third = _call(3, 2000)
-    third.requested_model = "smart"
+    third.route = "smart"
     _write([third])
     rows = {r.route: r for r in UsageRollup.objects.filter(key_prefix="k1", deployment="big")}
     assert (rows["smart"].requests, rows["fast"].requests) == (2, 1)

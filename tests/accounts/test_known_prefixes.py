@@ -1,0 +1,100 @@
+"""Made-up key prefixes are refused from memory: each worker holds every key's prefix, so a
+flood of made-up ones costs a query a second, not one each (counted at the database cursor,
+every thread), while a key made a moment ago, even by a process that could not tell the
+worker, is still found (accounts/authentication.py)."""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.db.backends import utils
+
+from accounts.authentication import authenticate, forget_cached_keys, known_prefixes
+from accounts.keys import key_prefix_of
+from core.errors import GatewayError
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def queries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every SQL statement run, from any thread."""
+    seen: list[str] = []
+    execute, executemany = utils.CursorWrapper.execute, utils.CursorWrapper.executemany
+
+    def counted(self, sql, params=None):
+        seen.append(sql)
+        return execute(self, sql, params)
+
+    def counted_many(self, sql, param_list):
+        seen.append(sql)
+        return executemany(self, sql, param_list)
+
+    monkeypatch.setattr(utils.CursorWrapper, "execute", counted)
+    monkeypatch.setattr(utils.CursorWrapper, "executemany", counted_many)
+    forget_cached_keys()
+    yield seen
+    forget_cached_keys()
+
+
+@pytest.fixture(autouse=True)
+async def _closed_after() -> AsyncIterator[None]:
+    """The connection of the thread `sync_to_async` ran the setup on is closed after each
+    test, so the test database can be dropped at the end of the session."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+def _made_up() -> str:
+    return f"sk-sluice-{uuid.uuid4().hex[:12]}-" + "x" * 43
+
+
+def _issue() -> str:
+    from accounts.models import Application, Team
+    from accounts.services import SYSTEM, key_create, member_ensure
+
+    team = Team.objects.create(slug=f"t{uuid.uuid4().hex[:6]}", name="t")
+    app = Application.objects.create(team=team, slug=f"a{uuid.uuid4().hex[:6]}", name="a")
+    member = member_ensure(email=f"{uuid.uuid4().hex[:8]}@example.com", team=team)
+    return key_create(actor=SYSTEM, member=member, application=app)[1]
+
+
+async def _refused(key: str) -> bool:
+    try:
+        await authenticate(key)
+    except GatewayError as refused:
+        assert refused.status == 401
+        return True
+    return False
+
+
+async def test_a_flood_of_made_up_prefixes_costs_a_query_a_second_not_one_each(queries) -> None:
+    real = await sync_to_async(_issue)()
+    assert not await _refused(real)  # the worker has seen keys: the set is loaded
+    queries.clear()
+    started = time.monotonic()
+    for _ in range(5):  # five waves of 200 made-up keys at once
+        assert all(await asyncio.gather(*(_refused(_made_up()) for _ in range(200))))
+    took = time.monotonic() - started
+    # One whole-set load per wave (at most one a second): not 1,000 lookups.
+    assert len(queries) <= took + 2, (len(queries), took)
+    assert not await _refused(real)
+
+
+async def test_a_key_made_where_this_worker_did_not_hear_of_it_is_still_found(queries) -> None:
+    assert await _refused(_made_up())  # the set is loaded now, without the new key
+    key = await sync_to_async(_issue)()
+    known_prefixes.prefixes.discard(key_prefix_of(key))  # as if made by another process
+    assert not await _refused(key)  # missing from the set: looked for in a load made after
+
+
+async def test_a_new_keys_message_adds_its_prefix_at_once(queries) -> None:
+    assert await _refused(_made_up())
+    loads = known_prefixes.loads
+    key = await sync_to_async(_issue)()  # saved here: its invalidation adds the prefix
+    assert not await _refused(key)
+    assert known_prefixes.loads == loads  # no whole-set load was needed
