@@ -143,7 +143,12 @@ def catalog(
             {"name": "n-anthropic", "kind": "anthropic", "base_url": sim},
             {"name": "n-responses", "kind": "openai-responses", "base_url": sim},
             {"name": "n-chat", "base_url": sim},
-            {"name": "cap-a", "kind": "anthropic", "base_url": cap, "api_key_env": "SLUICE_UPSTREAM_NO_SUCH"},
+            {
+                "name": "cap-a",
+                "kind": "anthropic",
+                "base_url": cap,
+                "api_key_env": "SLUICE_UPSTREAM_NO_SUCH",
+            },
             {"name": "cap-r", "kind": "openai-responses", "base_url": cap},
         ],
         "deployments": [
