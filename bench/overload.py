@@ -70,7 +70,6 @@ gateway from that git ref, in one run:
 import argparse
 import asyncio
 import contextlib
-import random
 import statistics
 import sys
 import time
@@ -111,11 +110,7 @@ INTERACTIVE_SHARE = 0.2
 DRAIN_CAP = 300.0  # seconds after the arrivals stop that batch clients may keep trying
 
 
-@dataclass(frozen=True)
-class Arrival:
-    at: float  # seconds from the start
-    member: str
-    priority: str
+Arrival = openloop.Arrival
 
 
 @dataclass
@@ -148,18 +143,6 @@ class Run:
         """Calls served per second in that window, against what the deployment can serve."""
         served = sum(self.in_window(o) for o in self.outcomes)
         return served / (self.seconds - self.call_seconds) / self.capacity_rps
-
-
-def arrivals(rate: float, seconds: float, members: dict[str, int], seed: int) -> list[Arrival]:
-    rng = random.Random(seed)
-    names, weights = list(members), list(members.values())
-    out, t = [], 0.0
-    while True:
-        t += rng.expovariate(rate)
-        if t >= seconds:
-            return out
-        priority = "interactive" if rng.random() < INTERACTIVE_SHARE else "batch"
-        out.append(Arrival(t, rng.choices(names, weights)[0], priority))
 
 
 async def client(
@@ -519,6 +502,15 @@ def _open_stack(s: Stack, capacity: int, size: int, *, seed: int) -> tuple[str, 
     return simulator, keys
 
 
+async def _sim_admin(simulator: str, change: dict) -> None:
+    """Change the simulator's model `m` live (capacity, faults)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{simulator}/admin/models/m", json=change) as r,
+    ):
+        r.raise_for_status()
+
+
 def _sim_stats(simulator: str, model: str = "m") -> dict:
     import httpx
 
@@ -666,16 +658,9 @@ def drop_case(args: argparse.Namespace) -> None:
         simulator, keys = _open_stack(s, args.capacity, args.capacity, seed=args.seed)
         load = openloop.Load(1.5 * capacity_rps, seconds, OPEN_MEMBERS, seed=args.seed)
 
-        async def set_capacity(capacity: int) -> None:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.post(f"{simulator}/admin/models/m", json={"capacity": capacity}) as r,
-            ):
-                r.raise_for_status()
-
         events = (
-            (drop, lambda: set_capacity(args.capacity // 2)),
-            (back, lambda: set_capacity(args.capacity)),
+            (drop, lambda: _sim_admin(simulator, {"capacity": args.capacity // 2})),
+            (back, lambda: _sim_admin(simulator, {"capacity": args.capacity})),
         )
         modes = gateways.modes()
         runs = []
@@ -716,22 +701,15 @@ def storm_case(args: argparse.Namespace) -> None:
         simulator, keys = _open_stack(s, args.capacity, args.capacity, seed=args.seed)
         load = openloop.Load(0.5 * capacity_rps, seconds, OPEN_MEMBERS, seed=args.seed)
 
-        async def faults(faults: dict) -> None:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.post(f"{simulator}/admin/models/m", json={"faults": faults}) as r,
-            ):
-                r.raise_for_status()
-
         seen: dict[str, int] = {}  # the primary's request count when it fails, and recovers
 
         async def fail() -> None:
             seen["from"] = _sim_stats(simulator)["requests"]
-            await faults({"server_error": 1.0})
+            await _sim_admin(simulator, {"faults": {"server_error": 1.0}})
 
         async def recover() -> None:
             seen["until"] = _sim_stats(simulator)["requests"]
-            await faults({})
+            await _sim_admin(simulator, {"faults": {}})
 
         events = ((fail_from, fail), (fail_until, recover))
         modes = gateways.modes()
@@ -870,7 +848,9 @@ def main() -> None:
             f"{args.workers} gateway worker(s), state {state}"
         )
         scenarios = {
-            factor: arrivals(factor * capacity_rps, args.seconds, MEMBERS, args.seed + factor)
+            factor: openloop.schedule(
+                factor * capacity_rps, args.seconds, MEMBERS, INTERACTIVE_SHARE, args.seed + factor
+            )
             for factor in (2, 5)
         }
         quiet_only = {m: w for m, w in MEMBERS.items() if m != "noisy"}
