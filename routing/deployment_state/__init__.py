@@ -16,13 +16,17 @@ The rules (DESIGN.md, seeds 000/001/004):
 - own concurrency is not a breaker signal: a capacity error while the limit is above its
   floor, or of a call sent before the last cut, is "congested" (`release` says so: the call
   queues again for a slot at the lower limit) and leaves the breaker alone.
-- breaker: `threshold` consecutive failures (no success between) open it for `cooldown`
-  seconds, counting server errors, timeouts and resets, and capacity errors only once the
-  limit is at its floor (the deployment fails even at the concurrency of one script). Each
-  call counts once per deployment (`repeat`: its retries there do not count again), so no
-  single call opens it. Then it half-opens and lets 1 + (successes so far) probes in
-  flight; `close_after` successes close it, one failure re-opens it. A misconfigured
+- breaker: `threshold` consecutive failures (no success between) open it, counting server
+  errors, resets and the upstream's own timeouts, an attempt cut by the call's deadline
+  only if it hung (rules.cut_was_a_hang), and capacity errors only once the limit is at its
+  floor (the deployment fails even at the concurrency of one script). Each call counts
+  once per deployment (`repeat`: its retries there do not count again), so no single call
+  opens it. It stays open 10 s at first, twice as long after each failed probe, up to
+  `cooldown` (rules.open_time). Then it half-opens and lets 1 + (successes so far) probes
+  in flight; `close_after` successes close it, one failure re-opens it. A misconfigured
   deployment (auth/config error) opens at once. A threshold of 0 switches it off.
+- deadlines: a slot goes only to a call whose deadline covers the deployment's latency
+  (rules.need, learnt from `took` at each success); see routing/slot_policy.py rule 6.
 - leases: a request holds a slot for `lease` seconds, renewed while it runs, so slots held
   by a worker that died come free on their own.
 - retry budget: retries may be at most `ratio` times the first attempts over the last minute
