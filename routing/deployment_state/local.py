@@ -233,7 +233,7 @@ class LocalDeploymentState:
                 if since < d.cut_at:
                     congested = True  # sent before the last cut: that cut answered it
                 elif limit > FLOOR:
-                    d.limit, d.cut_at, d.streak = cut(limit, len(d.slots)), now, 0
+                    d.limit, d.cut_at, d.streak = cut(limit), now, 0
                     congested = True
                 counts = counts and not congested
             if counts:

@@ -65,9 +65,7 @@ if result ~= 'neutral' then
       if since < cut_at then
         congested = true
       elseif limit > FLOOR then
-        -- rules.cut: to the calls still in flight there, but not below 70 % at once
-        local others = redis.call('ZCOUNT', K_SLOTS, now, '+inf')
-        limit = math.max(FLOOR, math.min(limit - 1, math.max(math.floor(limit * CUT + 0.5), others)))
+        limit = math.max(FLOOR, math.min(limit - 1, math.floor(limit * CUT + 0.5)))
         cut_at, streak = now, 0
         congested = true
       end

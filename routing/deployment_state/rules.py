@@ -45,12 +45,9 @@ LUA_CONSTANTS: dict[str, float | int] = {
 }
 
 
-def cut(limit: float, others: int = 0) -> float:
-    """The limit after a capacity error: by at least one, never below 1; to what the
-    provider was taking from Sluice when it refused (`others`: the calls still in flight
-    to it), but never below 70 % (rounded) at once. A limit just over the provider's
-    capacity so comes down to it, not a third below it (goodput lost while it grows back)."""
-    return max(FLOOR, min(limit - 1, max(math.floor(limit * CUT + 0.5), others)))
+def cut(limit: float) -> float:
+    """The limit after a capacity error: 70 %, rounded, by at least one, never below 1."""
+    return max(FLOOR, min(limit - 1, math.floor(limit * CUT + 0.5)))
 
 
 def raised(limit: float, max_concurrency: int) -> float:

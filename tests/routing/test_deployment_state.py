@@ -337,14 +337,3 @@ async def test_a_breaker_refusal_says_why_it_opened(state, name):
         await _call(state, name, Result.FAILURE)
     refused = await _call(state, name, Result.SUCCESS, now=T0 + 1)
     assert (refused.refusal, refused.reason) == (Refusal.BREAKER, "failure")
-
-
-async def test_a_capacity_error_cuts_the_limit_to_what_the_provider_was_taking(state, name):
-    """Ten allowed, nine in flight, the ninth refused "at capacity": the provider takes the
-    other eight, so the limit comes down to 8, not to 7 (70 %), and no further."""
-    limits = Limits(max_concurrency=10, threshold=100)
-    slots = [f"s{i}" for i in range(9)]
-    for slot in slots:
-        assert (await state.acquire_slot(name, limits, slot, retry=False, now=T0)).admitted
-    await state.release(name, limits, slots[-1], Result.CAPACITY, now=T0 + 0.1)
-    assert (await state.snapshot(name, limits, now=T0 + 0.1)).limit == 8
