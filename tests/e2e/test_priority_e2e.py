@@ -73,6 +73,8 @@ def test_interactive_call_gets_through_a_batch_flood(
 def test_waiting_past_the_wait_limit_answers_503_with_retry_after(
     gateway, issue_key, slow_simulator, call_record
 ):
+    """Refused once its wait limit is reached, or at once when the queue could not reach it
+    within that limit (once the deployment has learnt that its calls hold a slot ~2 s)."""
     key = issue_key().plaintext
     with ThreadPoolExecutor(8) as pool:
         busy = _fill(pool, gateway, key, slow_simulator, 4, "interactive")
@@ -84,11 +86,13 @@ def test_waiting_past_the_wait_limit_answers_503_with_retry_after(
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "capacity_exhausted"
     assert int(refused.headers["retry-after"]) >= 1
-    assert 0.4 < waited < 2.0
+    assert waited < 2.0
     record = call_record(refused.headers["x-sluice-request-id"])
     assert record.outcome == "capacity_exhausted"
     assert record.attempt_count == 0
-    assert record.queue_ms == pytest.approx(500, abs=300)
+    if record.queue_ms is not None:  # it queued: for its wait limit, not longer
+        assert record.queue_ms == pytest.approx(500, abs=300)
+        assert waited > 0.4
 
 
 def test_a_client_that_leaves_while_queued_is_recorded_and_never_sent(
