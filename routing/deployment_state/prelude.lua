@@ -133,13 +133,6 @@ local function remove_waiter(slot)
   return w
 end
 
--- Waiters whose worker fell silent (it died): out of the queue, so that no count of the
--- calls ahead of a newcomer includes them.
-local function purge_silent()
-  local silent = redis.call('ZRANGEBYSCORE', K_HEARD, '-inf', now - SILENCE)
-  for i = 1, #silent do remove_waiter(silent[i]) end
-end
-
 local function join(slot, class, member, until_, estimate, retry, preemptible, deadline)
   redis.call('HSET', K_WAITER, slot,
              table.concat({class, member, until_, estimate, retry and '1' or '0',
