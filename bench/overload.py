@@ -24,7 +24,7 @@ served, a full deployment answered at once with 503 and Retry-After.
     .venv/bin/python bench/overload.py --case smaller [--baseline main] [--configured 64]
                                        [--real 4] [--member-concurrency 16 --member-rpm 600]
 
-"Provider smaller than configured" (issue 9): the deployment is configured for
+"Provider smaller than configured": the deployment is configured for
 `configured` calls at a time (the demo's `small`: 64, default breaker 3 errors / 300 s),
 the provider really takes `real` calls of 300 ms. 40 batch clients call in a loop
 (honouring Retry-After, at most 10 s), an interactive call arrives every 0.5 s, for 11 s.

@@ -1,4 +1,4 @@
-"""Walking a route's chain under its retry policy (DESIGN.md, "Error classes").
+"""Walking a route's chain under its retry policy (error classes: routing/classify.py).
 
 For each eligible deployment, in order: skip it while it is drained, or when its breaker,
 concurrency limit or retry budget says no; otherwise send the request and act on the

@@ -7,7 +7,7 @@ with atomic Lua scripts (the `.lua` files here), shared by every worker and host
 picks one by REDIS_URL. The arithmetic of the rules is written once in `rules.py`, whose
 constants the Lua receives from one table; the same test suites run against both backends.
 
-The rules (DESIGN.md, seeds 000/001/004):
+The rules (docs/admission.md tells them for users):
 - adaptive limit: starts at max concurrency; a capacity error (or upstream rate limit) cuts
   it to 70 % (rounded, by at least one, never below the floor, 1), at most once per round
   trip as TCP does: only a call sent after the last cut can cut again; the errors of calls
