@@ -382,6 +382,10 @@ class RefusalSampler:
         return True
 
 
+def _read_spooled(paths: list[Path]) -> list[CallLog]:
+    return [decode_call(line, CallLog, AttemptLog) for path in paths for line in Spool.read(path)]
+
+
 def _not_yet_written(calls: list[CallLog]) -> list[CallLog]:
     """Calls from a dead worker's spool that the database does not hold yet (it may have
     committed a batch and died before deleting its file)."""
@@ -446,15 +450,12 @@ class AuditWriter:
         spool = self.spool()
         if spool is None:
             return
-        self._orphans += spool.claim_orphans()
+        # The folder scan and the file reads happen on the writer's thread, not the loop.
+        loop = asyncio.get_running_loop()
+        self._orphans += await loop.run_in_executor(self._executor, spool.claim_orphans)
         if not self._orphans:
             return
-        calls = [
-            decode_call(line, CallLog, AttemptLog)
-            for path in self._orphans
-            for line in Spool.read(path)
-        ]
-        loop = asyncio.get_running_loop()
+        calls = await loop.run_in_executor(self._executor, _read_spooled, list(self._orphans))
         try:
             missing = await loop.run_in_executor(self._executor, _not_yet_written, calls)
         except Exception as exc:  # the database is away: try again with the next batch
