@@ -104,6 +104,8 @@ def main() -> None:
     out.mkdir(exist_ok=True)
 
     with stack() as s:
+        # The script logs in as each role several times a minute: past the login throttle.
+        s.env |= {"SLUICE_LOGIN_RATE_ADDRESS": "1000/m", "SLUICE_LOGIN_RATE_ACCOUNT": "1000/m"}
         sim = s.simulator("--model", "big:4", "--model", "medium:16", "--model", "small:64")
         config = tomllib.loads((ROOT / "config" / "demo.toml").read_text())
         demo = (ROOT / "config" / "demo.toml").read_text()
