@@ -3,7 +3,9 @@ are throttled per client address and per account; every failed login is a log li
 never holds the password; Django's password validators run wherever a password is set."""
 
 import logging
+import time
 
+import django_ratelimit.core
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import caches
@@ -15,9 +17,22 @@ PASSWORD = "a-long-enough-Pass-7"
 LOGINS = ["/login/", "/admin/login/"]
 
 
+class _StillClock:
+    """django-ratelimit counts in fixed windows whose edge falls anywhere in the minute
+    (offset by a hash of the key); twenty logins take seconds, so a real clock could roll a
+    window mid-test and start the count again. The clock stands still instead."""
+
+    def __init__(self) -> None:
+        self.now = float(int(time.time()))
+
+    def time(self) -> float:
+        return self.now
+
+
 @pytest.fixture(autouse=True)
-def fresh_counts() -> None:
+def fresh_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     caches["ratelimit"].clear()
+    monkeypatch.setattr(django_ratelimit.core, "time", _StillClock())
 
 
 @pytest.fixture
