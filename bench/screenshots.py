@@ -39,6 +39,8 @@ SHOTS = [
     ("console-my-usage", "member", "/usage/", "usage-totals"),
     ("console-actions-log", "admin", "/actions/", "actions-table"),
     ("console-capacity-weather", "admin", "/reports/weather/", ""),
+    ("console-calls", "admin", "/calls/", "calls"),
+    ("console-agents", "admin", "/calls/?view=agents", "agents"),
     ("console-usage-report", "admin", "/reports/?period=month&group_by=member", ""),
     ("console-batches", "admin", "/batches/", "batches-table"),
     ("console-batch", "admin", "/batches/batch_6a1f0c2e9d4b4e7f/", "line-outcomes"),

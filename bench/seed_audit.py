@@ -90,6 +90,19 @@ STATUS = {
     Outcome.CAPACITY_EXHAUSTED: 503,
 }
 ENDPOINTS = [("chat.completions", 0.85), ("completions", 0.05), ("embeddings", 0.10)]
+DEGRADED = {
+    "anthropic": "thinking: no chat equivalent: not sent on",
+    "openai-responses": "client_metadata: no chat equivalent: not sent on (kept in the audit)",
+}
+# Who sends a chat call: (user agent, the protocol it speaks, its endpoint, share). The
+# coding agents speak their own protocols; the SDK and scripts speak chat completions.
+CLIENTS = [
+    ("OpenAI/Python 2.8.1", "openai", "chat.completions", 0.45),
+    ("codex_exec/0.171.0 (Debian 12; x86_64) xterm", "openai-responses", "responses", 0.2),
+    ("claude-cli/2.1.332 (external, sdk-cli)", "anthropic", "messages", 0.2),
+    ("Agents/Python 0.24.0", "openai-responses", "responses", 0.05),
+    ("python-httpx/0.28.1", "openai", "chat.completions", 0.1),
+]
 
 
 def hour_weight(at: datetime) -> float:
@@ -237,7 +250,10 @@ def _one_call(
     route = rng.choice(list(catalog.routes))
     chain = catalog.routes[route]
     endpoint = rng.choices([e for e, _ in ENDPOINTS], [w for _, w in ENDPOINTS])[0]
-    stream = endpoint == "chat.completions" and rng.random() < 0.4
+    agent, protocol = "", "openai"
+    if endpoint == "chat.completions":
+        agent, protocol, endpoint, _ = rng.choices(CLIENTS, [c[3] for c in CLIENTS])[0]
+    stream = endpoint != "embeddings" and endpoint != "completions" and rng.random() < 0.4
     roll = rng.random()
     outcome = Outcome.SUCCESS
     for candidate, share in OUTCOMES:
@@ -306,6 +322,11 @@ def _one_call(
         "served_deployment": served,
         "upstream_model": deployment.model if deployment else "",
         "stream": stream,
+        "client_protocol": protocol,
+        "user_agent": agent,
+        "upstream_protocol": "openai" if served else "",
+        # The demo's upstreams are chat kind: an agent's own protocol is translated there.
+        "degraded": DEGRADED.get(protocol, "") if served else "",
         "outcome": outcome,
         "status_code": STATUS.get(outcome, 500),
         "error_message": "" if outcome == Outcome.SUCCESS else f"{outcome} (seeded)",
