@@ -16,7 +16,7 @@ refused without a query of its own (see there).
 import asyncio
 import math
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -202,7 +202,7 @@ async def principal_for_prefix(prefix: str) -> Principal | None:
     return await _principal_for(prefix)
 
 
-def presented_key(headers: dict[str, str]) -> str | None:
+def presented_key(headers: Mapping[str, str]) -> str | None:
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None

@@ -35,7 +35,6 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest
 from django.utils import timezone
 
 from accounts.authentication import Principal, principal_for_prefix
@@ -51,7 +50,7 @@ from core.outcomes import Outcome
 from routing.audit import CallLog, new_request_id
 from routing.catalog import catalog
 from routing.payloads import load_body
-from routing.proxy import serve
+from routing.proxy import Inbound, serve
 
 log = logging.getLogger("sluice.batches")
 Status = Batch.Status
@@ -252,7 +251,7 @@ class Runner:
             principal = await principal_for_prefix(batch.key_prefix)
             if not _usable(principal):
                 return call.request_id, 401, _key_gone(batch.key_prefix)
-            response = await serve(call, _request_for(body), endpoint, principal, preemptible=True)
+            response = await serve(call, _inbound(body), endpoint, principal, preemptible=True)
             if call.outcome == Outcome.PREEMPTED:
                 return None
             status, content = response.status_code, response.content
@@ -283,17 +282,11 @@ class Runner:
                     log.exception("renewing line leases failed; retrying")
 
 
-def _request_for(body: bytes) -> HttpRequest:
-    """A request as the client would have sent it, in class batch."""
-    request = HttpRequest()
-    request.method = "POST"
-    request._body = body  # type: ignore[attr-defined]
-    request.META = {
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(body)),
-        "HTTP_X_SLUICE_PRIORITY": "batch",
-    }
-    return request
+def _inbound(body: bytes) -> Inbound:
+    """The line's request as the client would have sent it, in class batch."""
+    return Inbound(
+        headers={"content-type": "application/json", "x-sluice-priority": "batch"}, body=body
+    )
 
 
 def _retry_wait(status: int, content: bytes, retry_after: str | None) -> float | None:

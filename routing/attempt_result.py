@@ -17,6 +17,21 @@
     With less, the deadline (Sluice's, or the client's X-Sluice-Max-Wait) was too short:
     not the deployment's fault, and nothing counts.
 A call counts once per deployment: its retries there do not count again.
+
+Five words for how things end, each decided in one place:
+    ErrorClass  what kind of error an upstream answer or transport error is (routing/classify.py;
+                decided by classify.classify_status, upstream.transport_error_class, and the
+                chain walk's reading of the body: MALFORMED)
+    Failure     one upstream attempt that did not answer: its ErrorClass, status, body and
+                Retry-After (routing/chain.py; made by ChainWalk when the answer is an error)
+    Refusal     why a deployment gave no slot: breaker, concurrency, budget or deadline
+                (routing/deployment_state/; decided by the backend's acquire_slot, or by the
+                chain walk when a queue gave no slot in time)
+    Result      how an attempt ended, for the deployment's state: its breaker and adaptive
+                limit (routing/deployment_state/; decided by attempt_result below)
+    Outcome     how the whole call ended, for the audit trail (core/outcomes.py; set by
+                CallLog.finish in routing/proxy.py and routing/relay.py, from the answer or
+                from the GatewayError that refused or ended the call)
 """
 
 from routing.classify import CAPACITY_LIKE, ErrorClass

@@ -50,10 +50,17 @@ class AttemptLog:
     started_at: datetime
     duration_ms: float = 0.0
     status_code: int | None = None
-    error_class: str = ""
+    error_class: str = ""  # an ErrorClass: the upstream's answer was an error
     retry_delay_ms: float | None = None
     retry_reason: str = ""
     skipped: str = ""  # not sent: breaker, concurrency, budget or drain
+    outcome: str = ""  # an Outcome that ended the attempt before its answer: preempted
+
+    @property
+    def ended_by(self) -> str:
+        """What ended the attempt, as its row's `error_class` column and the metrics keep
+        it: the error class, or the outcome that cut it; "" for an answer."""
+        return self.error_class or self.outcome
 
 
 UNKNOWN_ROUTE = "unknown"  # the route of a call naming a model that is no route
@@ -166,7 +173,7 @@ class CallLog:
                     "started_at": a.started_at,
                     "duration_ms": round(a.duration_ms, 3),
                     "status_code": a.status_code,
-                    "error_class": a.error_class,
+                    "error_class": a.ended_by,
                     "retry_delay_ms": None
                     if a.retry_delay_ms is None
                     else round(a.retry_delay_ms, 3),

@@ -2,8 +2,6 @@
 is called: the application's ceilings on `max_tokens` and `n`, the tokens it may take and
 the most it may cost. Quotas (quotas.reservation) then reserve that much."""
 
-from django.http import HttpRequest
-
 from accounts.authentication import Principal
 from accounts.models import PriorityClass
 from core.errors import bad_request
@@ -16,13 +14,14 @@ async def reserve_call_quota(
     principal: Principal,
     request: ClientRequest,
     route: RouteSpec,
-    http_request: HttpRequest,
+    raw_size: int,
     request_id: str,
     *,
     priority: str = PriorityClass.INTERACTIVE,
 ) -> Ticket | None:
-    """Reserve the call's most on the principal's limits (see `quotas.reserve_quota`)."""
-    tokens = estimated_tokens(principal, request, len(http_request.body))
+    """Reserve the call's most on the principal's limits (see `quotas.reserve_quota`);
+    `raw_size`: the request body's length in bytes."""
+    tokens = estimated_tokens(principal, request, raw_size)
     return await reserve_quota(
         principal,
         tokens=tokens,

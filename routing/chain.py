@@ -144,6 +144,33 @@ def lease_keeper() -> LeaseKeeper:
 
 
 @dataclass
+class WalkLedger:
+    """What one call's walk has met so far: its next step and, once it gives up, its answer
+    are decided from this."""
+
+    # Attempts made
+    sent: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
+    absorbed: int = 0  # attempts that met own congestion: not counted to max_attempts
+    skips: Counter[str] = field(default_factory=Counter)  # deployments passed by, per reason
+    # What they met
+    errors: list[ErrorClass] = field(default_factory=list)  # the class of each failure
+    breakers: list[str] = field(default_factory=list)  # why each breaker that said no opened
+    congested: set[str] = field(default_factory=set)  # last attempt there met own congestion
+    counted: set[str] = field(default_factory=set)  # a failure there counted to its breaker
+    # The answer to give if no larger deployment takes the call
+    context_refusal: Answer | None = None
+    # Retry-After candidates for the client, when the walk gives up
+    upstream_waits: list[float] = field(default_factory=list)  # busy upstreams' hints
+    breaker_waits: list[float] = field(default_factory=list)  # until a breaker half-opens
+    queue_waits: list[float] = field(default_factory=list)  # queues' expected waits
+
+    def shortest_wait(self) -> float | None:
+        """The soonest any of the candidates says a call may get through."""
+        waits = self.upstream_waits + self.breaker_waits + self.queue_waits
+        return min(waits) if waits else None
+
+
+@dataclass
 class ChainWalk:
     call: CallLog
     route: RouteSpec
@@ -152,17 +179,7 @@ class ChainWalk:
     deadline: float  # time.monotonic()
     claim: Claim
     rng: random.Random = field(default_factory=random.Random)
-    failures: list[ErrorClass] = field(default_factory=list)
-    retry_hints: list[float] = field(default_factory=list)
-    breaker_waits: list[float] = field(default_factory=list)
-    breakers: list[str] = field(default_factory=list)  # why each breaker that said no opened
-    queue_waits: list[float] = field(default_factory=list)  # estimates for a Retry-After
-    skips: Counter[str] = field(default_factory=Counter)
-    tried: Counter[str] = field(default_factory=Counter)  # attempts sent, per deployment
-    congested: set[str] = field(default_factory=set)  # last attempt there met own congestion
-    counted: set[str] = field(default_factory=set)  # a failure there counted to its breaker
-    absorbed: int = 0  # attempts that met own congestion: not counted to max_attempts
-    context_refusal: Answer | None = None
+    ledger: WalkLedger = field(default_factory=WalkLedger)
 
     async def run(self) -> Answer | OpenStream:
         chain = eligible_chain(self.route, self.fallback)
@@ -181,29 +198,29 @@ class ChainWalk:
                 while True:
                     if self._spent():
                         return self._give_up()
-                    outcome = await self._attempt(deployment, delay, reason, queue=queue)
+                    ended = await self._try_deployment(deployment, delay, reason, queue=queue)
                     delay, reason = None, ""
-                    if isinstance(outcome, Answer | OpenStream):
-                        return outcome
-                    if isinstance(outcome, Preempted):
+                    if isinstance(ended, Answer | OpenStream):
+                        return ended
+                    if isinstance(ended, Preempted):
                         raise preempted_error(deployment)
-                    if isinstance(outcome, Refusal):
-                        if outcome is Refusal.CONCURRENCY and not queue:
+                    if isinstance(ended, Refusal):
+                        if ended is Refusal.CONCURRENCY and not queue:
                             full.append(deployment)
                         break
-                    if outcome is None:  # drained
+                    if ended is None:  # drained
                         break
-                    pass_failures.append(outcome)
-                    if outcome.congested:
+                    pass_failures.append(ended)
+                    if ended.congested:
                         # Sluice sent more than the deployment takes: the limit was cut;
                         # the call waits for a slot at the lower limit instead of failing.
-                        self.absorbed += 1
+                        self.ledger.absorbed += 1
                         if queue:
                             continue
                         if deployment not in full:
                             full.append(deployment)
                         break
-                    same = self._retry_same(deployment, outcome)
+                    same = self._retry_same(deployment, ended)
                     if same is None:
                         break
                     delay, reason = same
@@ -217,12 +234,13 @@ class ChainWalk:
 
     # --- one attempt -------------------------------------------------------------------
 
-    async def _attempt(
+    async def _try_deployment(
         self, deployment: DeploymentSpec, delay: float | None, reason: str, *, queue: bool
     ) -> Answer | OpenStream | Failure | Refusal | Preempted | None:
-        """Answer, open stream or failure of one try; the refusal that skipped the
-        deployment (also after queueing in vain); PREEMPTED when its slot was asked back;
-        or None when it is drained."""
+        """One try at a deployment, from its drain check to the end: answer, open stream or
+        failure; the refusal that skipped the deployment (also after queueing in vain);
+        PREEMPTED when its slot was asked back; or None when it is drained. A preemptible
+        call listens for its slot being asked back around `_admit_and_send`."""
         number = len(self.call.attempts) + 1
         if deployment.drained(time.time()):
             self._skip(deployment, number, "drain")
@@ -230,19 +248,19 @@ class ChainWalk:
         slot = f"{self.call.request_id}:{number}"
         state = deployment_state()
         if not self.claim.preemptible:
-            return await self._attempt_at(
+            return await self._admit_and_send(
                 deployment, state, number, slot, delay, reason, queue, None
             )
         # Listening before asking: a slot asked back at once is not missed.
         asked = await state.watch_preemption(deployment.name, slot)
         try:
-            return await self._attempt_at(
+            return await self._admit_and_send(
                 deployment, state, number, slot, delay, reason, queue, asked
             )
         finally:
             state.forget_preemption(slot)
 
-    async def _attempt_at(
+    async def _admit_and_send(
         self,
         deployment: DeploymentSpec,
         state: DeploymentState,
@@ -253,8 +271,11 @@ class ChainWalk:
         queue: bool,
         asked: asyncio.Future[None] | None,
     ) -> Answer | OpenStream | Failure | Refusal | Preempted:
+        """A slot at the deployment (now, or after queueing for it), then the request sent
+        and the slot released with the attempt's Result; or the refusal of a slot."""
+        ledger = self.ledger
         # A call queueing again after its own congestion is no retry for the budget.
-        retry = deployment.name in self.tried and deployment.name not in self.congested
+        retry = deployment.name in ledger.sent and deployment.name not in ledger.congested
         # The answer is due by then: the backend grants a slot only while what is left
         # covers the deployment's recent latency (slot_policy rule 6).
         due = self._attempt_deadline(deployment)
@@ -274,17 +295,17 @@ class ChainWalk:
             refusal = refusal or Refusal.CONCURRENCY
             self._skip(deployment, number, refusal.value)
             if refusal is Refusal.BREAKER:
-                self.breakers.append(admission.reason)
+                ledger.breakers.append(admission.reason)
                 if admission.retry_in:
-                    self.breaker_waits.append(admission.retry_in)
+                    ledger.breaker_waits.append(admission.retry_in)
             elif refusal is Refusal.DEADLINE:
-                self.queue_waits.append(admission.retry_in)
+                ledger.queue_waits.append(admission.retry_in)
             elif not self.claim.wait:  # full, and this call never queues
-                self.queue_waits.append(settings.SLUICE_CAPACITY_RETRY_AFTER)
+                ledger.queue_waits.append(settings.SLUICE_CAPACITY_RETRY_AFTER)
             return refusal
         keeper = lease_keeper()
         keeper.hold(deployment.name, deployment.limits, slot)
-        repeat = deployment.name in self.counted  # the breaker counts a call once
+        repeat = deployment.name in ledger.counted  # the breaker counts a call once
         took: float | None = None  # seconds to the answer's head, or until the deadline cut
 
         async def release(result: Result, service: float | None) -> bool:
@@ -307,40 +328,40 @@ class ChainWalk:
             retry_reason=reason,
         )
         self.call.attempts.append(attempt)
-        self.call.retries += deployment.name in self.tried
-        self.tried[deployment.name] += 1
-        outcome: Answer | OpenStream | Failure | Preempted
+        self.call.retries += deployment.name in ledger.sent
+        ledger.sent[deployment.name] += 1
+        ended: Answer | OpenStream | Failure | Preempted
         sent = time.perf_counter()
         try:
             if asked is None:
-                outcome = await self._send(deployment, attempt, due)
+                ended = await self._send(deployment, attempt, due)
             else:
-                outcome = await self._send_unless_asked_back(deployment, attempt, asked, due)
+                ended = await self._send_unless_asked_back(deployment, attempt, asked, due)
             took = time.perf_counter() - sent
         except asyncio.CancelledError:
             spawn(release(Result.NEUTRAL, 0.0))  # the client left; not the deployment's fault
             raise
-        if isinstance(outcome, Preempted):
+        if isinstance(ended, Preempted):
             # Its upstream request is cancelled already: the slot goes to the interactive call.
             await release(Result.NEUTRAL, 0.0)
-            return outcome
-        if isinstance(outcome, OpenStream):
-            outcome.release = release  # held until the stream ends
-        elif isinstance(outcome, Failure):
+            return ended
+        if isinstance(ended, OpenStream):
+            ended.release = release  # held until the stream ends
+        elif isinstance(ended, Failure):
             # Cut by the call's own deadline: the deployment's fault only if it hung.
-            result = attempt_result(outcome.error_class, cut=outcome.cut)
+            result = attempt_result(ended.error_class, cut=ended.cut)
             congested = await release(result, 0.0)
             if not congested and result not in (Result.NEUTRAL, Result.DEADLINE):
-                self.counted.add(deployment.name)
+                ledger.counted.add(deployment.name)
             # Only "at capacity" queues again; an upstream rate limit keeps its own rules.
-            outcome.congested = congested and outcome.error_class is ErrorClass.CAPACITY
-            if outcome.congested:
-                self.congested.add(deployment.name)
+            ended.congested = congested and ended.error_class is ErrorClass.CAPACITY
+            if ended.congested:
+                ledger.congested.add(deployment.name)
             else:
-                self.congested.discard(deployment.name)
+                ledger.congested.discard(deployment.name)
         else:
-            await release(Result.SUCCESS, usage_service(outcome.payload))
-        return outcome
+            await release(Result.SUCCESS, usage_service(ended.payload))
+        return ended
 
     async def _send_unless_asked_back(
         self,
@@ -363,7 +384,7 @@ class ChainWalk:
         await asyncio.wait((send,))  # the cancel done: the upstream connection is closed
         if send.cancelled():
             attempt.duration_ms = (time.perf_counter() - started) * 1000
-            attempt.error_class = Outcome.PREEMPTED
+            attempt.outcome = Outcome.PREEMPTED
             return PREEMPTED
         return send.result()  # it finished while being cancelled
 
@@ -386,7 +407,7 @@ class ChainWalk:
                 return True
             departure = await state.leave(name, limits, slot)
             if not departure.granted:
-                self.queue_waits.append(departure.retry_in)
+                self.ledger.queue_waits.append(departure.retry_in)
             return departure.granted
         except asyncio.CancelledError:
             spawn(_abandon(state, deployment, slot))
@@ -484,17 +505,18 @@ class ChainWalk:
     ) -> Failure | Answer:
         attempt.duration_ms = (time.perf_counter() - started) * 1000
         attempt.error_class = error_class.value
-        self.failures.append(error_class)
+        ledger = self.ledger
+        ledger.errors.append(error_class)
         if retry_after is not None:
-            self.retry_hints.append(retry_after)
+            ledger.upstream_waits.append(retry_after)
         elif error_class in CAPACITY_LIKE:
             # Busy, with no word on when: the configured wait, so that another deployment's
             # open breaker (minutes) does not set the client's Retry-After.
-            self.retry_hints.append(settings.SLUICE_CAPACITY_RETRY_AFTER)
+            ledger.upstream_waits.append(settings.SLUICE_CAPACITY_RETRY_AFTER)
         if error_class is ErrorClass.BAD_REQUEST:
             return Answer(deployment, status or 400, openai_error(content), None)
         if error_class is ErrorClass.CONTEXT_LENGTH:
-            self.context_refusal = Answer(deployment, status or 400, openai_error(content), None)
+            ledger.context_refusal = Answer(deployment, status or 400, openai_error(content), None)
         elif error_class is ErrorClass.AUTH_CONFIG:
             message = f"upstream {deployment.upstream.name} answered {status} (auth/config)"
             log.error("deployment %s looks misconfigured: %s", deployment.name, message)
@@ -504,7 +526,7 @@ class ChainWalk:
         return Failure(error_class, status, content, retry_after)
 
     def _skip(self, deployment: DeploymentSpec, number: int, why: str) -> None:
-        self.skips[why] += 1
+        self.ledger.skips[why] += 1
         if any(a.deployment == deployment.name and a.skipped == why for a in self.call.attempts):
             return  # a call waiting for a slot passes by many times: one row says it
         self.call.attempts.append(
@@ -521,17 +543,18 @@ class ChainWalk:
     def _remaining(self) -> float:
         return self.deadline - time.monotonic()
 
-    def _attempts(self) -> int:
+    def _counted_attempts(self) -> int:
         """Attempts that count to `max_attempts`: not those that met own congestion, up to
         as many again (so one call makes at most twice `max_attempts` upstream attempts,
         however full the chain)."""
-        return self.call.attempt_count - min(self.absorbed, self.route.policy.max_attempts)
+        absorbed = min(self.ledger.absorbed, self.route.policy.max_attempts)
+        return self.call.attempt_count - absorbed
 
     def _spent(self) -> bool:
-        return self._attempts() >= self.route.policy.max_attempts or self._remaining() <= 0
+        return self._counted_attempts() >= self.route.policy.max_attempts or self._remaining() <= 0
 
     def _too_small(self, deployment: DeploymentSpec) -> bool:
-        refused = self.context_refusal
+        refused = self.ledger.context_refusal
         return (
             refused is not None and deployment.context_window <= refused.deployment.context_window
         )
@@ -542,7 +565,7 @@ class ChainWalk:
     def _retry_same(self, deployment: DeploymentSpec, failure: Failure) -> tuple[float, str] | None:
         """Try the same deployment again (once), after a short Retry-After or a backoff."""
         policy = self.route.policy
-        tries = self.tried[deployment.name]
+        tries = self.ledger.sent[deployment.name]
         if tries > SAME_DEPLOYMENT_RETRIES:
             return None
         if failure.error_class is ErrorClass.RATE_LIMIT:
@@ -560,7 +583,7 @@ class ChainWalk:
     ) -> tuple[float, str] | None:
         """Walk the chain again after a pass that failed for reasons time may cure; not
         after one refused by breakers, drains, budgets or full queues."""
-        if self._attempts() >= self.route.policy.max_attempts:
+        if self._counted_attempts() >= self.route.policy.max_attempts:
             return None
         if not any(f.error_class in _WORTH_ANOTHER_PASS for f in failures):
             return None
@@ -569,8 +592,8 @@ class ChainWalk:
         return wait if self._fits(wait[0]) else None
 
     def _give_up(self) -> Answer:
-        if self.context_refusal is not None:
-            return self.context_refusal
+        if self.ledger.context_refusal is not None:
+            return self.ledger.context_refusal
         raise self._exhausted()
 
     def _exhausted(self) -> GatewayError:
@@ -579,17 +602,18 @@ class ChainWalk:
         504 when every attempt timed out; 502 for server errors, resets and garbage, also
         when a retry budget or a breaker these errors opened skipped what was left."""
         name = self.route.name
-        seen = set(self.failures)
-        capacity_breaker = any(r in (Result.CAPACITY.value, "") for r in self.breakers)
-        failure_breaker = any(r and r != Result.CAPACITY.value for r in self.breakers)
+        ledger = self.ledger
+        seen = set(ledger.errors)
+        capacity_breaker = any(r in (Result.CAPACITY.value, "") for r in ledger.breakers)
+        failure_breaker = any(r and r != Result.CAPACITY.value for r in ledger.breakers)
         if (
             seen & CAPACITY_LIKE
-            or self.skips[Refusal.CONCURRENCY.value]
-            or self.skips[Refusal.DEADLINE.value]
+            or ledger.skips[Refusal.CONCURRENCY.value]
+            or ledger.skips[Refusal.DEADLINE.value]
             or (not seen and capacity_breaker)
         ):
-            waits = self.retry_hints + self.breaker_waits + self.queue_waits
-            wait = min(waits) if waits else settings.SLUICE_CAPACITY_RETRY_AFTER
+            shortest = ledger.shortest_wait()
+            wait = settings.SLUICE_CAPACITY_RETRY_AFTER if shortest is None else shortest
             limited = seen & CAPACITY_LIKE == {ErrorClass.RATE_LIMIT}
             return capacity_exhausted(max(1, math.ceil(wait)), name, rate_limited=limited)
         if seen and seen <= _TIMEOUTS:
@@ -605,8 +629,8 @@ class ChainWalk:
             if not seen:
                 classes += " after upstream errors"
             headers = {}
-            if self.breaker_waits:
-                headers["Retry-After"] = str(max(1, math.ceil(min(self.breaker_waits))))
+            if ledger.breaker_waits:
+                headers["Retry-After"] = str(max(1, math.ceil(min(ledger.breaker_waits))))
             return GatewayError(
                 502,
                 f"Every deployment for `{name}` failed ({classes}).",
@@ -615,7 +639,7 @@ class ChainWalk:
                 outcome=Outcome.UPSTREAM_ERROR,
                 headers=headers,
             )
-        why = "drained" if self.skips["drain"] else "disabled"
+        why = "drained" if ledger.skips["drain"] else "disabled"
         return GatewayError(
             503,
             f"No deployment for `{name}` can take calls now (all {why}).",

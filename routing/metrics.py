@@ -91,9 +91,7 @@ def metrics_record(call: Any) -> None:
     _local.add("sluice_calls", (route, served, call.outcome, priority or "none"))
     for attempt in call.attempts:
         if not attempt.skipped:
-            _local.add(
-                "sluice_upstream_attempts", (attempt.deployment, attempt.error_class or "none")
-            )
+            _local.add("sluice_upstream_attempts", (attempt.deployment, attempt.ended_by or "none"))
     if call.tokens_in:
         _local.add("sluice_tokens", (route, served, "in"), call.tokens_in)
     if call.tokens_out:

@@ -13,6 +13,8 @@ chat request (routing/translation.py) and the answer (or error) translated back 
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -27,14 +29,14 @@ from routing.audit import UNKNOWN_ROUTE, CallLog, new_request_id
 from routing.cache_replay import replay
 from routing.call_size import enforce_ceilings, reserve_call_quota
 from routing.catalog import RouteSpec, catalog
-from routing.chain import ChainWalk
+from routing.chain import Answer, ChainWalk
 from routing.completion import complete
 from routing.deployment_state import listen_for_changes
 from routing.payloads import ClientRequest, Endpoint, sniff_model
 from routing.policy import deadline_for, fallback_for
 from routing.protocols import OPENAI, ClientProtocol, TranslatedStream
 from routing.relay import OpenStream, StreamRelay, settle_usage
-from routing.response_cache import HIT, cache_lookup, cache_store
+from routing.response_cache import HIT, CacheStep, cache_lookup, cache_store
 from routing.slot_policy import claim_for
 from routing.translation import shape_for
 from routing.upstream import account_headers, passed_back
@@ -42,90 +44,137 @@ from routing.upstream import account_headers, passed_back
 log = logging.getLogger("sluice.proxy")
 
 
+@dataclass(frozen=True)
+class Inbound:
+    """What the request path reads of a request: its headers (looked up by lower-case name,
+    as Django's `request.headers` or a dict with lower-case keys allows) and its raw body.
+    A view builds it from the HTTP request (`handle`); the batch runner from a batch line."""
+
+    headers: Mapping[str, str]
+    body: bytes
+
+
 async def handle(
     request: HttpRequest, endpoint: Endpoint, protocol: ClientProtocol = OPENAI
 ) -> HttpResponseBase:
+    """The views' way in: the HTTP request as an `Inbound`, a new call, `serve`."""
     call = CallLog(
         request_id=new_request_id(),
         endpoint=protocol.endpoint or endpoint.value,
         client_ip=request.META.get("REMOTE_ADDR"),
     )
-    return await serve(call, request, endpoint, protocol=protocol)
+    return await serve(call, Inbound(request.headers, request.body), endpoint, protocol=protocol)
 
 
 async def serve(
     call: CallLog,
-    request: HttpRequest,
+    inbound: Inbound,
     endpoint: Endpoint,
     principal: Principal | None = None,
     *,
     protocol: ClientProtocol = OPENAI,
     preemptible: bool = False,
 ) -> HttpResponseBase:
-    """The request path. A caller without a network request (the batch runner) builds the
-    request itself and passes the key's `principal` it already checked; a `preemptible`
-    call of class batch (not streamed) gives its slot back to a waiting interactive call
-    and ends as 503 `preempted` (the runner runs the line again)."""
+    """The request path: admission, the chain walk (or the cache's answer), the answer. A
+    caller without a network request (the batch runner) passes the key's `principal` it
+    already checked; a `preemptible` call of class batch (not streamed) gives its slot back
+    to a waiting interactive call and ends as 503 `preempted` (the runner runs the line
+    again)."""
     listen_for_changes()
     call.client_protocol = protocol.name
-    call.user_agent = request.headers.get("user-agent", "")
+    call.user_agent = inbound.headers.get("user-agent", "")
     try:
-        if principal is None:
-            principal = await authenticate(presented_key(request.headers))
-        _identify(call, principal)
-        client_request = await _parse(protocol, endpoint, request.body)
-        client_request.account_headers = account_headers(request.headers)
-        call.requested_model, call.stream = client_request.model, client_request.stream
-        call.priority = priority_for(
-            application_default=principal.default_priority,
-            requested=request.headers.get("x-sluice-priority"),
-        )
-        route = await _route_for(call, principal, client_request.model)
-        route = shape_for(route, protocol, client_request)  # native, or chat when crossing
-        call.degraded = client_request.degraded
-        fallback = fallback_for(
-            application_default=principal.fallback,
-            requested=request.headers.get("x-sluice-fallback"),
-        )
-        deadline = deadline_for(route.policy, request.headers.get("x-sluice-max-wait"))
-        enforce_ceilings(principal, client_request)
-        call.quota = await reserve_call_quota(
-            principal, client_request, route, request, call.request_id, priority=call.priority
-        )
-        cache = await cache_lookup(
-            ttl=principal.cache_ttl_seconds,
-            application_id=principal.application_id,
-            route=route,
-            request=client_request,
-            cache_control=request.headers.get("cache-control"),
-        )
-        call.cache = cache.status
-        claim = claim_for(
-            priority=call.priority,
-            member=str(principal.member_id),
-            raw_size=len(request.body),
-            preemptible=preemptible and not client_request.stream,
-        )
-        walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
-        result = cache.answer or await walk.run()  # a hit: no slot, no upstream attempt
-    except GatewayError as error:
-        call.finish(outcome=error.outcome, status=error.status, error_message=error.message)
-        _refused(call, request.body)
-        complete(call)
-        return _stamp(_error_response(error, protocol), call)
-    except DatabaseError:
-        # The database is away and the call needs it (a route or limits no worker cached).
-        log.warning("%s: database unavailable", call.request_id)
-        error = database_unavailable()
-        call.finish(outcome=error.outcome, status=error.status, error_message=error.code or "")
-        complete(call)
-        return _stamp(_error_response(error, protocol), call)
+        admitted = await _admit(call, inbound, endpoint, principal, protocol, preemptible)
+        result = admitted.cache.answer or await admitted.walk.run()  # a hit: no slot, no upstream
     except asyncio.CancelledError:
         # The client went away while Sluice waited on an upstream.
         call.finish(outcome=Outcome.CLIENT_CANCELLED, status=499)
         complete(call)
         raise
     except Exception as exc:
+        return _ended_without_answer(call, exc, protocol, inbound.body)
+    return await _answer(call, admitted, result, protocol)
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A call let in: its request, route and cache step, and the walk that will serve it."""
+
+    request: ClientRequest
+    route: RouteSpec
+    cache: CacheStep
+    walk: ChainWalk
+
+
+async def _admit(
+    call: CallLog,
+    inbound: Inbound,
+    endpoint: Endpoint,
+    principal: Principal | None,
+    protocol: ClientProtocol,
+    preemptible: bool,
+) -> _Admitted:
+    """Key, body, route, fallback policy and deadline, limits and the cache: a refusal on
+    the way is a GatewayError."""
+    headers = inbound.headers
+    if principal is None:
+        principal = await authenticate(presented_key(headers))
+    _identify(call, principal)
+    client_request = await _parse(protocol, endpoint, inbound.body)
+    client_request.account_headers = account_headers(headers)
+    call.requested_model, call.stream = client_request.model, client_request.stream
+    call.priority = priority_for(
+        application_default=principal.default_priority,
+        requested=headers.get("x-sluice-priority"),
+    )
+    route = await _route_for(call, principal, client_request.model)
+    route = shape_for(route, protocol, client_request)  # native, or chat when crossing
+    call.degraded = client_request.degraded
+    fallback = fallback_for(
+        application_default=principal.fallback,
+        requested=headers.get("x-sluice-fallback"),
+    )
+    deadline = deadline_for(route.policy, headers.get("x-sluice-max-wait"))
+    enforce_ceilings(principal, client_request)
+    call.quota = await reserve_call_quota(
+        principal,
+        client_request,
+        route,
+        len(inbound.body),
+        call.request_id,
+        priority=call.priority,
+    )
+    cache = await cache_lookup(
+        ttl=principal.cache_ttl_seconds,
+        application_id=principal.application_id,
+        route=route,
+        request=client_request,
+        cache_control=headers.get("cache-control"),
+    )
+    call.cache = cache.status
+    claim = claim_for(
+        priority=call.priority,
+        member=str(principal.member_id),
+        raw_size=len(inbound.body),
+        preemptible=preemptible and not client_request.stream,
+    )
+    walk = ChainWalk(call, route, client_request, fallback, deadline, claim)
+    return _Admitted(client_request, route, cache, walk)
+
+
+def _ended_without_answer(
+    call: CallLog, exc: Exception, protocol: ClientProtocol, raw: bytes
+) -> HttpResponseBase:
+    """A call that ended before the walk gave an answer: recorded, audited and answered as
+    an error in the client's shape."""
+    if isinstance(exc, GatewayError):  # refused: a key, a limit, a body, a full chain
+        error, message = exc, exc.message
+    elif isinstance(exc, DatabaseError):
+        # The database is away and the call needs it (a route or limits no worker cached).
+        log.warning("%s: database unavailable", call.request_id)
+        error = database_unavailable()
+        message = error.code or ""
+    else:
         # A bug, not an answer: the call is still recorded, the client gets the shape.
         log.exception("%s: internal error", call.request_id)
         error = GatewayError(
@@ -135,10 +184,20 @@ async def serve(
             code="internal_error",
             outcome=Outcome.INTERNAL_ERROR,
         )
-        call.finish(outcome=error.outcome, status=500, error_message=type(exc).__name__)
-        complete(call)
-        return _stamp(_error_response(error, protocol), call)
+        message = type(exc).__name__
+    call.finish(outcome=error.outcome, status=error.status, error_message=message)
+    if error is exc:
+        _refused(call, raw)
+    complete(call)
+    return _stamp(_error_response(error, protocol), call)
 
+
+async def _answer(
+    call: CallLog, admitted: _Admitted, result: Answer | OpenStream, protocol: ClientProtocol
+) -> HttpResponseBase:
+    """The walk's (or the cache's) answer to the client: a stream relayed, a stored answer
+    replayed, or a whole answer with its tokens settled and stored for the cache."""
+    client_request, route, cache = admitted.request, admitted.route, admitted.cache
     call.served_deployment = result.deployment.name
     call.upstream_protocol = result.deployment.upstream.kind
     first = route.chain[0].name if route.chain else None

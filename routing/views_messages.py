@@ -11,7 +11,7 @@ from accounts.authentication import authenticate, presented_key
 from core.errors import GatewayError
 from routing.catalog import catalog
 from routing.payloads import Endpoint, load_body
-from routing.protocols.anthropic_messages import ANTHROPIC, messages_to_chat
+from routing.protocols.anthropic_messages import ANTHROPIC, messages_request_to_chat
 from routing.proxy import handle
 
 
@@ -48,7 +48,7 @@ async def count_tokens(request: HttpRequest) -> HttpResponseBase:
     try:
         principal = await authenticate(presented_key(request.headers))
         body = load_body(request.body)
-        chat = messages_to_chat({"max_tokens": 1, **body})
+        chat = messages_request_to_chat({"max_tokens": 1, **body})
         model = str(chat.get("model") or "")
         if model not in (await catalog.routes()) or model not in principal.allowed_routes:
             raise GatewayError(

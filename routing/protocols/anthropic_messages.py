@@ -270,7 +270,9 @@ def _output_format(config: Any, chat: dict[str, Any], degrade: Degrade) -> None:
         degrade.note(f"output_config.{name}", "no chat equivalent: not sent on")
 
 
-def messages_to_chat(body: dict[str, Any], degrade: Degrade | None = None) -> dict[str, Any]:
+def messages_request_to_chat(
+    body: dict[str, Any], degrade: Degrade | None = None
+) -> dict[str, Any]:
     """A Messages request body → a chat-completions request body (same model name); what
     chat has no equivalent for is degraded by the rules in docs/agents.md."""
     degrade = degrade or Degrade()
@@ -422,7 +424,7 @@ def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
         out.append({"role": role, "content": blocks})
 
 
-def chat_to_messages(
+def chat_request_to_messages(
     body: dict[str, Any], model: str | None = None, degrade: Degrade | None = None
 ) -> dict[str, Any]:
     """A chat-completions request body → a Messages request body; what Messages has no
@@ -580,7 +582,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def message_to_chat(payload: dict[str, Any]) -> dict[str, Any]:
+def message_response_to_chat(payload: dict[str, Any]) -> dict[str, Any]:
     """A Messages answer → a chat completion."""
     texts, calls = [], []
     for block in payload.get("content") or ():
@@ -618,7 +620,7 @@ def message_to_chat(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def chat_to_message(payload: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+def chat_response_to_message(payload: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """A chat completion → a Messages answer (its first choice: Messages clients ask one)."""
     choices = payload.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
@@ -717,12 +719,12 @@ class AnthropicMessages(ClientProtocol):
         return native_request(self.kind, raw, load_body(raw), "messages")
 
     def translate(self, request: ClientRequest, degrade: Degrade) -> None:
-        chat = parse_body(Endpoint.CHAT, messages_to_chat(request.body, degrade))
+        chat = parse_body(Endpoint.CHAT, messages_request_to_chat(request.body, degrade))
         request.body, request.translated = chat.body, True
         request.degraded = degrade.notes
 
     def answer(self, payload: dict[str, Any], request: ClientRequest) -> bytes:
-        return json.dumps(chat_to_message(payload, request.model)).encode()
+        return json.dumps(chat_response_to_message(payload, request.model)).encode()
 
     def stream(self, request: ClientRequest) -> "ChatToMessagesStream":
         return ChatToMessagesStream(request.model)

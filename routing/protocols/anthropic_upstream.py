@@ -21,9 +21,9 @@ from routing.protocols import Degrade
 from routing.protocols.anthropic_messages import (
     API_VERSION,
     MessagesToChatStream,
-    chat_to_messages,
+    chat_request_to_messages,
     error_to_chat,
-    message_to_chat,
+    message_response_to_chat,
 )
 from routing.stream_tap import data_of
 
@@ -41,12 +41,12 @@ def check_request(route: RouteSpec, request: ClientRequest, degrade: Degrade) ->
             f"`{route.name}` is served by an Anthropic deployment, which takes chat only.",
             param="model",
         )
-    chat_to_messages(request.body, degrade=degrade)
+    chat_request_to_messages(request.body, degrade=degrade)
 
 
 def messages_body(deployment: DeploymentSpec, chat: dict[str, Any]) -> bytes:
     # What it loses was noted (or refused, on a strict route) before the chain walk began.
-    return json.dumps(chat_to_messages(chat, deployment.model)).encode()
+    return json.dumps(chat_request_to_messages(chat, deployment.model)).encode()
 
 
 def messages_headers(deployment: DeploymentSpec) -> dict[str, str]:
@@ -118,7 +118,7 @@ class MessagesResponse:
             if payload is not None and payload.get("type") == "error":
                 return error_to_chat(self.status, raw)
             return raw  # not a Messages answer: the chain calls it malformed
-        return json.dumps(message_to_chat(payload)).encode()
+        return json.dumps(message_response_to_chat(payload)).encode()
 
     def release(self) -> None:
         self._response.release()

@@ -12,8 +12,9 @@ not sent on; namespace tools as their functions; built-in tools not offered); st
 (`previous_response_id`, `conversation`, `background`) cannot cross and is refused with a
 400 naming the field.
 
-The inverse translations (chat → Responses request, response → chat completion) keep the
-property tests honest (there and back keeps the meaning).
+The inverse request translation (chat → Responses) is what an `openai-responses` upstream
+is sent (routing/protocols/responses_upstream.py); the property tests also use it to check
+that there and back keeps the meaning.
 """
 
 import json
@@ -287,7 +288,9 @@ def _check_refusals(body: dict[str, Any], degrade: Degrade) -> None:
         degrade.note(name, "no chat-completions equivalent: not sent on")
 
 
-def responses_to_chat(body: dict[str, Any], degrade: Degrade | None = None) -> dict[str, Any]:
+def responses_request_to_chat(
+    body: dict[str, Any], degrade: Degrade | None = None
+) -> dict[str, Any]:
     """A Responses request body → a chat-completions request body; what chat has no
     equivalent for is degraded by the rules in docs/agents.md (stored state is refused)."""
     degrade = degrade or Degrade()
@@ -352,7 +355,7 @@ def _parts_to_responses(content: Any, text_type: str) -> Any:
     return parts
 
 
-def chat_to_responses(chat: dict[str, Any]) -> dict[str, Any]:
+def chat_request_to_responses(chat: dict[str, Any]) -> dict[str, Any]:
     """A chat request body → a Responses request body of the same meaning."""
     items: list[dict[str, Any]] = []
     for message in chat["messages"]:
@@ -547,7 +550,7 @@ def _status(finish: str | None) -> str:
     return "incomplete" if finish in _INCOMPLETE else "completed"
 
 
-def chat_to_response(payload: dict[str, Any], echo: Echo) -> dict[str, Any]:
+def chat_response_to_responses(payload: dict[str, Any], echo: Echo) -> dict[str, Any]:
     """A chat completion → a `response` object (the first choice: Responses has no `n`)."""
     suffix = _suffix(payload.get("id"))
     choice = (payload.get("choices") or [{}])[0]
@@ -581,57 +584,6 @@ def chat_to_response(payload: dict[str, Any], echo: Echo) -> dict[str, Any]:
         finish=finish,
         usage=usage_to_responses(payload.get("usage")),
     )
-
-
-def response_to_chat(response: dict[str, Any]) -> dict[str, Any]:
-    """A `response` object → a chat completion (the inverse, for the property tests)."""
-    text, refusal, calls = "", "", []
-    for item in response["output"]:
-        if item["type"] == "message":
-            for part in item["content"]:
-                if part["type"] == "output_text":
-                    text += part["text"]
-                else:
-                    refusal += part["refusal"]
-        else:
-            calls.append(
-                {
-                    "id": item["call_id"],
-                    "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]},
-                }
-            )
-    message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if refusal:
-        message["refusal"] = refusal
-    if calls:
-        message["tool_calls"] = calls
-    details = response.get("incomplete_details") or {}
-    finish = {"max_output_tokens": "length", "content_filter": "content_filter"}.get(
-        details.get("reason") or "", "tool_calls" if calls else "stop"
-    )
-    usage = response.get("usage")
-    chat_usage = None
-    if usage is not None:
-        chat_usage = {
-            "prompt_tokens": usage["input_tokens"],
-            "completion_tokens": usage["output_tokens"],
-            "total_tokens": usage["total_tokens"],
-            "prompt_tokens_details": {
-                "cached_tokens": usage["input_tokens_details"]["cached_tokens"]
-            },
-            "completion_tokens_details": {
-                "reasoning_tokens": usage["output_tokens_details"]["reasoning_tokens"]
-            },
-        }
-    return {
-        "id": "chatcmpl-" + response["id"].removeprefix("resp_"),
-        "object": "chat.completion",
-        "created": response["created_at"],
-        "model": response["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": chat_usage,
-    }
 
 
 # --- streams: chat chunks → Responses events -------------------------------------------------
@@ -850,12 +802,12 @@ class OpenAIResponses(ClientProtocol):
         return ResponsesRequest(**vars(request), echo=Echo.of(body))
 
     def translate(self, request: ClientRequest, degrade: Degrade) -> None:
-        chat = parse_body(Endpoint.CHAT, responses_to_chat(request.body, degrade))
+        chat = parse_body(Endpoint.CHAT, responses_request_to_chat(request.body, degrade))
         request.body, request.translated = chat.body, True
         request.degraded = degrade.notes
 
     def answer(self, payload: dict[str, Any], request: ClientRequest) -> bytes:
-        return json.dumps(chat_to_response(payload, _echo(request))).encode()
+        return json.dumps(chat_response_to_responses(payload, _echo(request))).encode()
 
     def stream(self, request: ClientRequest) -> ChatToResponsesStream:
         return ChatToResponsesStream(_echo(request))

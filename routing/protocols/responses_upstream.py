@@ -18,14 +18,14 @@ import aiohttp
 
 from core.errors import json_object
 from routing.protocols.native import RESPONSES_KIND
-from routing.protocols.openai_responses import chat_to_responses
+from routing.protocols.openai_responses import chat_request_to_responses
 from routing.stream_tap import data_of
 
 KIND = RESPONSES_KIND
 
 
 def responses_body(chat: dict[str, Any]) -> bytes:
-    body = chat_to_responses(chat)
+    body = chat_request_to_responses(chat)
     body["store"] = False
     return json.dumps(body, separators=(",", ":")).encode()
 

@@ -14,12 +14,12 @@ from routing.protocols import Degrade
 from routing.protocols.anthropic_messages import (
     ChatToMessagesStream,
     MessagesToChatStream,
-    chat_to_message,
-    chat_to_messages,
+    chat_request_to_messages,
+    chat_response_to_message,
     error_to_chat,
     error_to_messages,
-    message_to_chat,
-    messages_to_chat,
+    message_response_to_chat,
+    messages_request_to_chat,
     usage_to_chat,
     usage_to_messages,
 )
@@ -153,12 +153,12 @@ REQUESTS = [
 
 @pytest.mark.parametrize(("messages", "chat"), REQUESTS)
 def test_a_messages_request_reads_as_its_chat_request(messages, chat):
-    assert messages_to_chat(messages) == chat
+    assert messages_request_to_chat(messages) == chat
 
 
 @pytest.mark.parametrize(("messages", "chat"), REQUESTS)
 def test_a_chat_request_reads_as_its_messages_request(messages, chat):
-    back = chat_to_messages(chat)
+    back = chat_request_to_messages(chat)
     expected = dict(messages)
     if isinstance(expected.get("system"), str):
         assert back.pop("system") == expected.pop("system")
@@ -180,10 +180,10 @@ def test_a_chat_request_reads_as_its_messages_request(messages, chat):
 )
 def test_tool_choice_both_ways(choice, chat_choice, parallel):
     body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}
-    chat = messages_to_chat({**body, "tools": [TOOL], "tool_choice": choice})
+    chat = messages_request_to_chat({**body, "tools": [TOOL], "tool_choice": choice})
     assert chat["tool_choice"] == chat_choice
     assert chat.get("parallel_tool_calls") == parallel
-    assert chat_to_messages(chat)["tool_choice"] == choice
+    assert chat_request_to_messages(chat)["tool_choice"] == choice
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_on_a_strict_route_what_chat_cannot_say_is_refused_naming_the_field(mess
         del body["max_tokens"]
         param = "max_tokens"
     with pytest.raises(GatewayError) as refused:
-        messages_to_chat(body, Degrade(strict=True))
+        messages_request_to_chat(body, Degrade(strict=True))
     assert refused.value.status == 400
     assert refused.value.param == param
     assert param.split(".")[0].split("[")[0] in refused.value.message
@@ -297,7 +297,7 @@ def test_on_a_strict_route_what_chat_cannot_say_is_refused_naming_the_field(mess
 def test_on_a_strict_route_what_messages_cannot_say_is_refused_naming_the_field(chat_body, param):
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **chat_body}
     with pytest.raises(GatewayError) as refused:
-        chat_to_messages(body, degrade=Degrade(strict=True))
+        chat_request_to_messages(body, degrade=Degrade(strict=True))
     assert refused.value.status == 400
     assert refused.value.param == (param or "tools[0].function.strict")
 
@@ -312,7 +312,7 @@ def test_chat_defaults_that_change_nothing_are_accepted():
         "logprobs": False,
         "stream_options": {"include_usage": True},
     }
-    messages = chat_to_messages(body, "claude-x")
+    messages = chat_request_to_messages(body, "claude-x")
     assert messages["model"] == "claude-x"
     assert messages["max_tokens"] == 4096  # Messages needs one; chat has none
 
@@ -335,7 +335,7 @@ def test_consecutive_tool_results_and_a_user_turn_merge_into_one_user_message():
             {"role": "user", "content": "next"},
         ],
     }
-    messages = chat_to_messages(chat)["messages"]
+    messages = chat_request_to_messages(chat)["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     assert [b["type"] for b in messages[2]["content"]] == ["tool_result", "tool_result", "text"]
 
@@ -363,7 +363,7 @@ MESSAGE = {
 
 
 def test_a_messages_answer_reads_as_a_chat_completion():
-    chat = message_to_chat(MESSAGE)
+    chat = message_response_to_chat(MESSAGE)
     choice = chat["choices"][0]
     assert choice["message"]["content"] == "Let me look."
     assert choice["message"]["tool_calls"] == [
@@ -384,7 +384,7 @@ def test_a_messages_answer_reads_as_a_chat_completion():
 
 
 def test_a_chat_completion_reads_as_a_messages_answer():
-    message = chat_to_message(message_to_chat(MESSAGE), "smart")
+    message = chat_response_to_message(message_response_to_chat(MESSAGE), "smart")
     assert message["model"] == "smart"
     assert message["content"] == MESSAGE["content"]
     assert message["stop_reason"] == "tool_use"
@@ -403,9 +403,9 @@ def test_a_chat_completion_reads_as_a_messages_answer():
     ],
 )
 def test_stop_reasons_and_finish_reasons(stop, finish, back):
-    chat = message_to_chat({**MESSAGE, "stop_reason": stop})
+    chat = message_response_to_chat({**MESSAGE, "stop_reason": stop})
     assert chat["choices"][0]["finish_reason"] == finish
-    assert chat_to_message(chat)["stop_reason"] == back
+    assert chat_response_to_message(chat)["stop_reason"] == back
 
 
 def test_usage_both_ways_keeps_every_token():
@@ -666,7 +666,7 @@ def _meaning(body: dict) -> dict:
 @settings(max_examples=150, deadline=None)
 @given(_conversation())
 def test_a_messages_request_there_and_back_keeps_its_meaning(body):
-    assert _meaning(chat_to_messages(messages_to_chat(body))) == _meaning(body)
+    assert _meaning(chat_request_to_messages(messages_request_to_chat(body))) == _meaning(body)
 
 
 def _chat_meaning(chat: dict) -> dict:
@@ -692,8 +692,10 @@ def _chat_meaning(chat: dict) -> dict:
 @settings(max_examples=150, deadline=None)
 @given(_conversation())
 def test_a_chat_request_there_and_back_keeps_its_meaning(body):
-    chat = messages_to_chat(body)
-    assert _chat_meaning(messages_to_chat(chat_to_messages(chat))) == _chat_meaning(chat)
+    chat = messages_request_to_chat(body)
+    assert _chat_meaning(messages_request_to_chat(chat_request_to_messages(chat))) == _chat_meaning(
+        chat
+    )
 
 
 def _anthropic_error(kind: str, message: str) -> bytes:

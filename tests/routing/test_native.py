@@ -15,9 +15,13 @@ from routing.catalog import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
 from routing.deployment_state import Limits
 from routing.payloads import NativeBody, UpstreamBody, upstream_body
 from routing.protocols import Degrade
-from routing.protocols.anthropic_messages import ANTHROPIC, chat_to_messages, messages_to_chat
+from routing.protocols.anthropic_messages import (
+    ANTHROPIC,
+    chat_request_to_messages,
+    messages_request_to_chat,
+)
 from routing.protocols.native import NativeTap, native_bytes, with_fields
-from routing.protocols.openai_responses import RESPONSES, responses_to_chat
+from routing.protocols.openai_responses import RESPONSES, responses_request_to_chat
 from routing.relay import usage_tokens
 from routing.translation import pinned, shape_for
 
@@ -268,7 +272,7 @@ MESSAGES_RULES = [
 )
 def test_messages_to_chat_applies_the_documented_rule(label, extra, chat_extra, noted):
     degrade = Degrade()
-    chat = messages_to_chat({**BASE, **extra}, degrade)
+    chat = messages_request_to_chat({**BASE, **extra}, degrade)
     expected = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50}
     assert chat == expected | chat_extra
     assert [n.split(":")[0] for n in degrade.notes] == noted
@@ -276,7 +280,7 @@ def test_messages_to_chat_applies_the_documented_rule(label, extra, chat_extra, 
 
 def test_a_failed_tool_result_reaches_chat_marked_as_an_error():
     degrade = Degrade()
-    chat = messages_to_chat({**BASE, "messages": BASE["messages"] + FAILED_RESULT}, degrade)
+    chat = messages_request_to_chat({**BASE, "messages": BASE["messages"] + FAILED_RESULT}, degrade)
     assert chat["messages"][-1] == {
         "role": "tool",
         "tool_call_id": "t",
@@ -292,7 +296,7 @@ def test_a_system_message_mid_conversation_keeps_its_place():
         {"role": "user", "content": "hi"},
         {"role": "system", "content": [{"type": "text", "text": "reminder"}]},
     ]
-    chat = messages_to_chat({**BASE, "messages": messages})
+    chat = messages_request_to_chat({**BASE, "messages": messages})
     assert chat["messages"] == [
         {"role": "user", "content": "hi"},
         {"role": "system", "content": "reminder"},
@@ -308,7 +312,7 @@ def test_earlier_thinking_blocks_are_not_sent_to_chat():
         ],
     }
     degrade = Degrade()
-    chat = messages_to_chat({**BASE, "messages": [*BASE["messages"], turn]}, degrade)
+    chat = messages_request_to_chat({**BASE, "messages": [*BASE["messages"], turn]}, degrade)
     assert chat["messages"][-1] == {
         "role": "assistant",
         "content": [{"type": "text", "text": "ok"}],
@@ -356,14 +360,16 @@ RESPONSES_RULES = [
 )
 def test_responses_to_chat_applies_the_documented_rule(label, extra, chat_extra, noted):
     degrade = Degrade()
-    chat = responses_to_chat({"model": "m", "input": "hi", **extra}, degrade)
+    chat = responses_request_to_chat({"model": "m", "input": "hi", **extra}, degrade)
     assert chat == {"model": "m", "messages": [{"role": "user", "content": "hi"}]} | chat_extra
     assert [n.split(":")[0] for n in degrade.notes] == noted
 
 
 def test_client_metadata_is_kept_in_the_note_for_the_audit():
     degrade = Degrade()
-    responses_to_chat({"model": "m", "input": "hi", "client_metadata": {"agent": "x"}}, degrade)
+    responses_request_to_chat(
+        {"model": "m", "input": "hi", "client_metadata": {"agent": "x"}}, degrade
+    )
     assert degrade.notes == ['client_metadata: not sent on (kept here: {"agent": "x"})']
 
 
@@ -378,7 +384,7 @@ def test_chat_to_messages_keeps_a_late_system_message_in_place():
         "reasoning_effort": "low",
     }
     degrade = Degrade()
-    messages = chat_to_messages(chat, degrade=degrade)
+    messages = chat_request_to_messages(chat, degrade=degrade)
     assert messages["messages"][-1] == {
         "role": "user",
         "content": [{"type": "text", "text": "<system>\nlater\n</system>"}],

@@ -3,6 +3,7 @@ a table per direction, refusals naming the field, the stream translator, and pro
 that a request or an answer translated there and back keeps its meaning."""
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,10 +15,9 @@ from routing.protocols.openai_responses import (
     RESPONSES,
     ChatToResponsesStream,
     Echo,
-    chat_to_response,
-    chat_to_responses,
-    response_to_chat,
-    responses_to_chat,
+    chat_request_to_responses,
+    chat_response_to_responses,
+    responses_request_to_chat,
 )
 
 USER = {"role": "user", "content": "Hi"}
@@ -173,7 +173,7 @@ REQUEST_TABLE = [
     ("label", "body", "chat"), REQUEST_TABLE, ids=[r[0] for r in REQUEST_TABLE]
 )
 def test_a_responses_request_becomes_this_chat_request(label, body, chat):
-    assert responses_to_chat({"model": "m", **body}) == {"model": "m", **chat}
+    assert responses_request_to_chat({"model": "m", **body}) == {"model": "m", **chat}
 
 
 REFUSALS = [
@@ -211,7 +211,7 @@ REFUSALS = [
 def test_on_a_strict_route_what_has_no_chat_equivalent_is_refused_naming_the_field(extra, param):
     body = {"model": "m", "input": "Hi", **extra}
     with pytest.raises(GatewayError) as info:
-        responses_to_chat(body, Degrade(strict=True))
+        responses_request_to_chat(body, Degrade(strict=True))
     assert info.value.status == 400
     assert json.loads(info.value.response().content)["error"]["param"] == param
 
@@ -259,7 +259,7 @@ CHAT_ANSWER = {
 
 def test_a_chat_answer_becomes_this_response():
     echo = Echo.of({"model": "fast", "instructions": "Be brief.", "metadata": {"k": "v"}})
-    response = chat_to_response(CHAT_ANSWER, echo)
+    response = chat_response_to_responses(CHAT_ANSWER, echo)
     assert response["id"] == "resp_abc" and response["object"] == "response"
     assert (response["status"], response["model"], response["created_at"]) == (
         "completed",
@@ -310,7 +310,7 @@ def test_a_chat_answer_becomes_this_response():
 )
 def test_finish_reasons_become_statuses(finish, status, reason):
     answer = {**CHAT_ANSWER, "choices": [{"message": {"content": "x"}, "finish_reason": finish}]}
-    response = chat_to_response(answer, Echo(model="m"))
+    response = chat_response_to_responses(answer, Echo(model="m"))
     assert response["status"] == status
     assert (response["incomplete_details"] or {}).get("reason") == reason
 
@@ -462,8 +462,8 @@ REQUEST = st.fixed_dictionaries(
 @settings(max_examples=200, deadline=None)
 @given(REQUEST)
 def test_a_request_there_and_back_keeps_its_meaning(body):
-    chat = responses_to_chat(body)
-    assert responses_to_chat(chat_to_responses(chat)) == chat
+    chat = responses_request_to_chat(body)
+    assert responses_request_to_chat(chat_request_to_responses(chat)) == chat
 
 
 CHAT_CALL = st.builds(
@@ -472,6 +472,59 @@ CHAT_CALL = st.builds(
     IDS,
     ARGS,
 )
+
+
+def responses_response_to_chat(response: dict[str, Any]) -> dict[str, Any]:
+    """A `response` object → a chat completion: the inverse of `chat_response_to_responses`,
+    only for the property test below (an upstream's answer is read by
+    routing/protocols/responses_upstream.py)."""
+    text, refusal, calls = "", "", []
+    for item in response["output"]:
+        if item["type"] == "message":
+            for part in item["content"]:
+                if part["type"] == "output_text":
+                    text += part["text"]
+                else:
+                    refusal += part["refusal"]
+        else:
+            calls.append(
+                {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]},
+                }
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if refusal:
+        message["refusal"] = refusal
+    if calls:
+        message["tool_calls"] = calls
+    details = response.get("incomplete_details") or {}
+    finish = {"max_output_tokens": "length", "content_filter": "content_filter"}.get(
+        details.get("reason") or "", "tool_calls" if calls else "stop"
+    )
+    usage = response.get("usage")
+    chat_usage = None
+    if usage is not None:
+        chat_usage = {
+            "prompt_tokens": usage["input_tokens"],
+            "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["total_tokens"],
+            "prompt_tokens_details": {
+                "cached_tokens": usage["input_tokens_details"]["cached_tokens"]
+            },
+            "completion_tokens_details": {
+                "reasoning_tokens": usage["output_tokens_details"]["reasoning_tokens"]
+            },
+        }
+    return {
+        "id": "chatcmpl-" + response["id"].removeprefix("resp_"),
+        "object": "chat.completion",
+        "created": response["created_at"],
+        "model": response["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": chat_usage,
+    }
 
 
 @st.composite
@@ -504,7 +557,7 @@ def chat_answers(draw):
 @settings(max_examples=200, deadline=None)
 @given(chat_answers())
 def test_an_answer_there_and_back_keeps_its_meaning(answer):
-    assert response_to_chat(chat_to_response(answer, Echo(model="m"))) == answer
+    assert responses_response_to_chat(chat_response_to_responses(answer, Echo(model="m"))) == answer
 
 
 @settings(max_examples=100, deadline=None)
@@ -534,5 +587,5 @@ def test_a_streamed_answer_ends_as_the_same_response_as_the_whole(answer, size):
         for c in chunks
     )
     final = _sse_events(raw + translator.end())[-1]["response"]
-    whole = chat_to_response(answer, Echo(model="m"))
+    whole = chat_response_to_responses(answer, Echo(model="m"))
     assert final == whole
