@@ -47,7 +47,7 @@ class Page:
     path: str  # may hold {placeholders} filled from `ids()`
 
 
-# Every console page (tests/console/PAGES.md), and the report and explorer pages of issue 13.
+# Every console page (docs/development.md lists them), with the reports and the call explorer.
 PAGES = [
     Page("overview", "/"),
     Page("board (refresh)", "/board/"),
