@@ -4,7 +4,7 @@ every failed login is logged (the address and the account tried, never the passw
 
 A POST past either limit is answered 429 (a page saying when to try again, with
 Retry-After) without checking the password, and logged once per refusal. Counts live in
-the "ratelimit" cache: shared by every worker with Redis, per worker without (README).
+the "ratelimit" cache: shared by every worker with Redis, per worker without (docs/quotas.md).
 """
 
 import logging

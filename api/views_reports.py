@@ -1,4 +1,4 @@
-"""Usage reports (C13's quotas/usage_report.py; JSON or CSV by content negotiation), calls
+"""Usage reports (quotas/usage_report.py; JSON or CSV by content negotiation), calls
 (cursor-paginated, newest first; one call with its attempts) in the caller's scope."""
 
 import csv

@@ -9,7 +9,7 @@ form as bench-admin@example.com (staff) and as bench-member@example.com (the mem
 most calls), then opens every page `--runs` times in turn (after one warm-up) and prints
 p50 and p95 per page for the two roles side by side, with the status each got (a member is
 refused admin pages: 403, or 404 for an object out of scope). The mark is 300 ms at p95
-(issue 12). Pages not built yet answer 404 for both roles. The table goes to stdout; the
+(docs/benchmarks.md). Pages not built yet answer 404 for both roles. The table goes to stdout; the
 gateway logs every 403 with a traceback on stderr (add `2>/dev/null` to drop it).
 
 `--baseline REF` runs a second gateway from git ref REF (exported with `git archive`) on the
@@ -47,7 +47,7 @@ class Page:
     path: str  # may hold {placeholders} filled from `ids()`
 
 
-# Every console page (tests/console/PAGES.md), and the report and explorer pages of issue 13.
+# Every console page (docs/development.md lists them), with the reports and the call explorer.
 PAGES = [
     Page("overview", "/"),
     Page("board (refresh)", "/board/"),

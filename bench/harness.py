@@ -107,9 +107,9 @@ class Stack:
         http: str = "config.http_protocol:SluiceHttpProtocol",
         source: Path = ROOT,
     ) -> tuple[str, list[int]]:
-        """Start Sluice under uvicorn (as README's production line; `http` names uvicorn's
-        protocol; from `source`: another checkout for a baseline); its base URL and process
-        ids."""
+        """Start Sluice under uvicorn (as the production line of docs/operations.md; `http`
+        names uvicorn's protocol; from `source`: another checkout for a baseline); its base
+        URL and process ids."""
         if not (source / "config" / "http_protocol.py").exists():
             http = "httptools"  # a baseline from before Sluice had its own protocol
         port = free_port()
@@ -124,7 +124,7 @@ class Stack:
                 "--workers",
                 str(workers),
                 "--no-access-log",
-                "--timeout-keep-alive",  # as README's production line
+                "--timeout-keep-alive",  # as docs/operations.md's production line
                 "75",
                 "--http",
                 http,

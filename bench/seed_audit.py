@@ -54,7 +54,7 @@ from quotas.models import DailyUsageRollup, UsageRollup  # noqa: E402
 from quotas.rollups import daily_rollups_rebuild  # noqa: E402
 from routing.models import Attempt, CallRecord, Deployment, Outcome, Route  # noqa: E402
 
-try:  # the latency histogram of the rollups (issue 13)
+try:  # the rollups' latency histogram (absent from older schemas)
     from quotas.models import latency_field
 except ImportError:  # pragma: no cover - older schema
     latency_field = None

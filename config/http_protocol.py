@@ -8,7 +8,7 @@ to finish its headers; past that it answers 408 and closes. The body has its own
 the proxy (`SLUICE_BODY_SECONDS`).
 
 Production: `uvicorn config.asgi:application --http config.http_protocol:SluiceHttpProtocol
---timeout-keep-alive 75 …` (README, Settings).
+--timeout-keep-alive 75 …` (docs/operations.md).
 """
 
 import asyncio

@@ -104,7 +104,7 @@ if REDIS_URL:
         "KEY_PREFIX": SLUICE_REDIS_PREFIX,
     }
 else:
-    # One process: django-ratelimit's counts are per worker (README, Quotas).
+    # One process: django-ratelimit's counts are per worker (docs/quotas.md).
     CACHES["ratelimit"] = {
         "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
         "LOCATION": "ratelimit",

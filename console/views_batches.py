@@ -1,4 +1,4 @@
-"""Batches (the Batch API, issue 15): the batches in the viewer's scope with their progress
+"""Batches (the Batch API, docs/batch.md): the batches in the viewer's scope with their progress
 and window, one batch's lines, cancel; and the capacity-weather suggestion applied as an
 application's batch windows. Reads are batches/selectors.py, writes the services the /v1
 endpoints and the rest of the console use."""

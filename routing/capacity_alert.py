@@ -1,4 +1,4 @@
-"""The capacity alert (seed 003): a deployment whose capacity-error share over the window
+"""The capacity alert (docs/operations.md): a deployment whose capacity-error share over the window
 (5 minutes) passes SLUICE_CAPACITY_ALERT_SHARE (20 %), with at least
 SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS attempts in it, is logged as a warning and posted to
 SLUICE_CAPACITY_ALERT_WEBHOOK_URL as Slack-compatible JSON (`{"text": ...}`).

@@ -1,4 +1,4 @@
-"""One place decides what an upstream answer means (DESIGN.md, "Error classes")."""
+"""One place decides what an upstream answer means (docs/routing.md, "Routes and error classes")."""
 
 import re
 from email.utils import parsedate_to_datetime

@@ -71,7 +71,7 @@ class Deployment(models.Model):
 
 class Route(models.Model):
     """The public model name clients send, the chain of deployments that serve it, and how
-    hard to try (DESIGN.md's seed defaults)."""
+    hard to try (defaults: docs/routing.md)."""
 
     name = models.CharField(max_length=200, unique=True)
     timeout_seconds = models.FloatField(

@@ -52,7 +52,7 @@ def deadline_for(policy: RetryPolicy, max_wait: str | None, *, now: float | None
 
 
 def backoff(retry: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
-    """Full jitter (seed 000/001): uniform over [0, min(cap, base * 2**retry)], so clients
+    """Full jitter: uniform over [0, min(cap, base * 2**retry)], so clients
     that failed together do not come back together."""
     ceiling = min(policy.backoff_cap, policy.backoff_base * 2 ** min(retry, 30))
     return (rng or random).uniform(0, ceiling)
@@ -62,7 +62,7 @@ def retry_wait(
     retry: int, retry_after: float | None, policy: RetryPolicy, rng: random.Random | None = None
 ) -> tuple[float, str]:
     """The wait before retrying and why: the upstream's Retry-After when it is within the
-    cap (it knows best, seed 003), else the computed backoff."""
+    cap (it knows best), else the computed backoff."""
     if retry_after is not None and retry_after <= policy.retry_after_cap:
         return retry_after, "retry_after"
     return backoff(retry, policy, rng), "backoff"

@@ -25,7 +25,7 @@ CAPACITY_WINDOWS = (timedelta(minutes=5), timedelta(hours=1))
 
 
 def _alert_settings() -> tuple[float, int, timedelta]:
-    """The alert line (share, minimum attempts, window): the settings C13's alert uses."""
+    """The alert line (share, minimum attempts, window): the settings the capacity alert uses."""
     return (
         getattr(settings, "SLUICE_CAPACITY_ALERT_SHARE", 0.2),
         getattr(settings, "SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS", 20),
@@ -60,7 +60,7 @@ def capacity_error_share(
     *, window: timedelta, now: datetime | None = None
 ) -> dict[str, CapacityShare]:
     """Per deployment: the share of its attempts in the last `window` that failed with a
-    capacity error (the seeds' alert measure). One indexed range over Attempt.started_at."""
+    capacity error (the capacity alert's measure). One indexed range over Attempt.started_at."""
     now = now or timezone.now()
     rows = (
         Attempt.objects.filter(started_at__gte=now - window, started_at__lte=now, skipped="")
@@ -75,7 +75,7 @@ def capacity_error_share(
 
 def capacity_alerts(*, now: datetime | None = None) -> list[tuple[str, CapacityShare]]:
     """Deployments whose capacity-error share over the alert window (5 minutes) is above
-    SLUICE_CAPACITY_ALERT_SHARE (20 % by default, the seeds' line) with at least
+    SLUICE_CAPACITY_ALERT_SHARE (20 % by default) with at least
     SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS attempts, worst first."""
     threshold, minimum, window = _alert_settings()
     shares = capacity_error_share(window=window, now=now)

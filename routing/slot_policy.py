@@ -1,4 +1,4 @@
-"""Who gets a deployment's next free slot (DESIGN.md, priority admission).
+"""Who gets a deployment's next free slot (docs/routing.md, priority admission).
 
     1. interactive before batch: batch is admitted only while no interactive request waits
        for the deployment, and only while batch holds fewer than `batch_cap` slots (the

@@ -11,7 +11,7 @@ DEFAULT_MODELS: dict[str, int] = {"big": 4, "medium": 16, "small": 64}
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9100
 
-# Injectable faults, one per upstream error class (see DESIGN.md "Error classes"). A model's
+# Injectable faults, one per upstream error class (docs/routing.md). A model's
 # faults are drawn in this order, one independent draw each; the first that fires answers.
 FAULT_KINDS: tuple[str, ...] = (
     "capacity",  # 503 "at capacity"

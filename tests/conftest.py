@@ -252,7 +252,7 @@ def _gateway(
         "--no-access-log",
         "--log-level",
         "warning",
-        # As in production (README): a deadline for request headers.
+        # As in production (docs/operations.md): a deadline for request headers.
         "--http",
         "config.http_protocol:SluiceHttpProtocol",
     ]

@@ -1,4 +1,4 @@
-"""Unknown key prefixes are remembered apart from real keys (issue 10): a client retrying
+"""Unknown key prefixes are remembered apart from real keys: a client retrying
 with a wrong key costs no query after the first, also once the key cache's time is up, and
 a flood of made-up prefixes never pushes real keys out."""
 

@@ -1,4 +1,4 @@
-"""The console's Batches pages (issue 15) per role with Django's test client: who sees which
+"""The console's Batches pages per role with Django's test client: who sees which
 batches, the progress and window shown, cancel through the Batch API's own service (and
 its admin action), and the capacity-weather suggestion set as an application's windows."""
 

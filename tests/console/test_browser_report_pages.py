@@ -1,4 +1,4 @@
-"""Issue 13's pages in headless Chromium against the live gateway: the usage report's charts
+"""The report pages in headless Chromium against the live gateway: the usage report's charts
 render as SVG with axes and units (served by Sluice, no network), the CSV downloads work in
 the browser (the usage report's totals row equals its rows; the call explorer's export holds
 the member's own call and no one else's), and the call page shows the attempt timeline."""

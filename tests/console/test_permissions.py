@@ -151,7 +151,7 @@ PAGES = [
             "team_admin": ("{alice_call}", "{bob_call}", "{carl_call}"),
         },
     ),
-    # Issue 13: reports and the call explorer.
+    # Reports and the call explorer.
     Page(
         "/reports/?group_by=member",
         EVERYONE,
@@ -175,7 +175,7 @@ PAGES = [
     Page("/calls/export.csv", EVERYONE, shows=CALLS_SHOWN, hides=CALLS_HIDDEN),
     Page("/calls/{alice_call}/", expect(200, other_member=404, other_team_admin=404)),
     Page("/calls/{carl_call}/", expect(200, member=404, team_admin=404)),
-    # Issue 15: batches (a member: their own keys' batches; a team admin: their team's).
+    # Batches (a member: their own keys' batches; a team admin: their team's).
     Page(
         "/batches/",
         EVERYONE,

@@ -1,4 +1,4 @@
-"""Anthropic in and out, end to end (issue 16): the official `anthropic` SDK against
+"""Anthropic in and out, end to end: the official `anthropic` SDK against
 `/v1/messages` served by OpenAI-kind deployments (plain, streaming, tools), the `openai` SDK
 against `/v1/chat/completions` served by an Anthropic-kind deployment, and a mixed chain
 whose Anthropic deployment answers 529 and falls back to the OpenAI one, the audit showing

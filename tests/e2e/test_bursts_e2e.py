@@ -1,4 +1,4 @@
-"""Priority that holds in real use (issue 9), end to end: a real gateway (one worker; two
+"""Priority that holds in real use, end to end: a real gateway (one worker; two
 sharing Redis) in front of a simulator whose model really takes 4 calls of 300 ms at a
 time, while the deployment in front of it is configured for 64 (point 1) or for 4 with the
 member's own limits in play (point 2); and what a client is told when upstreams fail."""
@@ -230,7 +230,7 @@ def test_a_members_batch_cannot_lock_out_their_own_interactive_calls(
 def test_upstream_failures_on_a_one_deployment_route_are_502_not_capacity(
     gateway, burst_config, issue_key, call_record, model
 ):
-    """Point 4 (and issue 10's bullet): server errors, resets and garbage end as 502
+    """Server errors, resets and garbage end as 502
     `upstream_error`, never 503 `capacity_exhausted` with Retry-After: 300; one call's
     retries do not open the breaker, so the next call reaches the upstream again."""
     key = issue_key("bursts").plaintext

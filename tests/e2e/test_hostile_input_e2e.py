@@ -1,4 +1,4 @@
-"""Hostile and unlucky input against a real server (issue 10): never a 500, an answer in
+"""Hostile and unlucky input against a real server: never a 500, an answer in
 OpenAI's shape naming the field, the audit trail unharmed, and a request id on every answer."""
 
 import json

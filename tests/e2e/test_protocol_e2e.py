@@ -1,4 +1,4 @@
-"""What real OpenAI clients rely on, against a real server (issue 10): the upstream's
+"""What real OpenAI clients rely on, against a real server: the upstream's
 request id passed back (the SDK's `_request_id`), OpenAI account headers forwarded only to
 upstreams set to take them, garbage in a stream answered as an error event the SDK knows,
 and a hanging first deployment leaving time for the rest of the chain.

@@ -1,4 +1,4 @@
-"""Every quota scope keeps a reserve for interactive calls (issue 9, point 2): batch may
+"""Every quota scope keeps a reserve for interactive calls: batch may
 use the limit less SLUICE_QUOTA_INTERACTIVE_RESERVE (20 %) of requests per minute, tokens
 per minute and concurrency, and a batch call refused there spends nothing."""
 

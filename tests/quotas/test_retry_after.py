@@ -1,4 +1,4 @@
-"""A client that waits the Retry-After it was told gets through (issue 9, point 4): at a
+"""A client that waits the Retry-After it was told gets through: at a
 window's last second, on the ratelimit cache configured for this run (in memory without
 REDIS_URL, Redis with it)."""
 

@@ -1,4 +1,4 @@
-"""What an upstream answer means (DESIGN.md, "Error classes"), and Retry-After parsing."""
+"""What an upstream answer means (docs/routing.md), and Retry-After parsing."""
 
 import json
 from datetime import UTC, datetime

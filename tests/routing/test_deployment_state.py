@@ -300,7 +300,7 @@ async def test_a_burst_of_capacity_errors_cuts_the_limit_once_and_leaves_the_bre
 
 async def test_capacity_errors_open_the_breaker_only_at_the_floor(state, name):
     """A deployment that answers "at capacity" even one call at a time is really full: at
-    the floor, `threshold` consecutive errors open the breaker, as the seeds' rule says."""
+    the floor, `threshold` consecutive errors open the breaker (docs/routing.md)."""
     limits = Limits(max_concurrency=8, threshold=3, cooldown=300)
     now = T0
     for _ in range(20):  # one call at a time, each after the last cut

@@ -88,7 +88,7 @@ def _refused(endpoint: Endpoint, raw: bytes) -> GatewayError:
             "stream",
             "Embeddings cannot be streamed",
         ),
-        # hostile input: never a 500 (issue 10)
+        # hostile input: never a 500
         (CHAT, b"[" * 10_000 + b"]" * 10_000, None, "nested too deeply"),
         (CHAT, b'{"model": "smart", "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", None, "nested"),
         (EMBEDDINGS, b'{"a":' * 10_000 + b"1" + b"}" * 10_000, None, "nested too deeply"),

@@ -1,5 +1,5 @@
 """Calls queued for a slot when Redis dies, or comes back without its data, are still
-served (issue 10): a private redis-server on its own port, killed and restarted by the
+served: a private redis-server on its own port, killed and restarted by the
 test. Runs in both CI passes (it needs only the redis-server binary)."""
 
 import asyncio

@@ -85,7 +85,7 @@ class Command(BaseCommand):
                     "--port",
                     str(port),
                     "--no-access-log",
-                    # Idle connections outlive the Retry-After we send (see README).
+                    # Idle connections outlive the Retry-After we send (docs/operations.md).
                     "--timeout-keep-alive",
                     "75",
                     # Headers must arrive within SLUICE_HEADER_TIMEOUT (10 s).
