@@ -10,6 +10,7 @@ local mode, open_until = state()
 if mode == 'open' and now < open_until then
   return {0, 'breaker', tostring(open_until - now), redis.call('HGET', K_STATE, 'reason') or ''}
 end
+purge_silent()
 -- Only while the deadline covers the deployment's latency (slot_policy rule 6).
 local latest = deadline - need()
 if latest < now then

@@ -133,6 +133,17 @@ local function remove_waiter(slot)
   return w
 end
 
+-- Waiters whose worker fell silent (it died, e.g. a runner killed with its calls queued):
+-- out of the queues, so that no count of calls waiting or ahead includes them. Counted they
+-- would hold a deployment's batch spare at nothing, and with no call sent nothing else
+-- would ever pass over them.
+local function purge_silent()
+  local silent = redis.call('ZRANGEBYSCORE', K_HEARD, '-inf', now - SILENCE)
+  for i = 1, #silent do
+    if not remove_waiter(silent[i]) then redis.call('ZREM', K_HEARD, silent[i]) end
+  end
+end
+
 local function join(slot, class, member, until_, estimate, retry, preemptible, deadline)
   redis.call('HSET', K_WAITER, slot,
              table.concat({class, member, until_, estimate, retry and '1' or '0',
@@ -227,6 +238,7 @@ local function dispatch(quiet, handed)
     redis.call('HSET', K_STATE, 'mode', 'half_open', 'half_successes', 0)
   end
   purge_expired_slots()
+  purge_silent()
   local allowed = allowed_slots()
   local latest = now + need()  -- a waiter whose deadline is sooner could not finish
   local granted, woken = {}, {}

@@ -1,3 +1,4 @@
+purge_silent()
 local st = redis.call('HMGET', K_STATE, 'mode', 'limit', 'failures', 'open_until', 'reason')
 local oldest = nil
 for _, class in ipairs({'interactive', 'batch'}) do

@@ -233,6 +233,33 @@ async def test_a_dead_workers_waiters_are_passed_over(name):
     await state._client().aclose()
 
 
+async def test_a_dead_workers_waiters_are_not_counted_once_silent(name):
+    """Redis only. A runner killed with its calls queued: once silent, its waiters count
+    neither as waiting (the batch spare a runner paces by) nor as ahead of a newcomer, even
+    when no call is sent or released to pass over them."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from batches.pacing import deployment_spare
+    from routing.deployment_state.redis import WAITER_SILENCE, RedisDeploymentState
+
+    state = RedisDeploymentState(url, prefix=f"test-{uuid.uuid4().hex[:8]}")
+    d = Deployment(state, name, limits(2))
+    assert (await d.ask("dead-holder-1", BATCH)).admitted
+    assert (await d.ask("dead-holder-2", BATCH)).admitted
+    for slot in ("dead-1", "dead-2", "dead-3"):
+        assert (await d.ask(slot, BATCH)).queued
+    assert (await d.snapshot()).waiting_batch == 3
+    d.now = T0 + 31  # past the holders' leases and the waiters' silence
+    assert d.now - T0 > WAITER_SILENCE
+    snap = await d.snapshot()
+    assert (snap.waiting_batch, snap.in_flight) == (0, 0)
+    assert deployment_spare(snap, reserve=0) == 2
+    newcomer = await d.ask("new", BATCH)
+    assert newcomer.admitted
+    await state._client().aclose()
+
+
 async def test_position_and_oldest_wait_are_reported(state, name):
     d = Deployment(state, name, limits(1))
     assert (await d.ask("holder")).admitted
@@ -241,6 +268,7 @@ async def test_position_and_oldest_wait_are_reported(state, name):
     other_class = await d.ask("w3", INTERACTIVE)
     assert (first.position, second.position, other_class.position) == (0, 1, 0)
     d.now = T0 + 7
+    assert await d.granted("w1", "w2", "w3") == []  # their worker's sweep: still alive
     snap = await d.snapshot()
     assert (snap.waiting_batch, snap.waiting_interactive) == (2, 1)
     assert snap.oldest_wait == pytest.approx(7, abs=0.01)
