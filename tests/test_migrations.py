@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.db.migrations.loader import MigrationLoader
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 OLD_SETTINGS = "tests.old_migrations.settings"
 

@@ -40,7 +40,7 @@ class LocalQuotaCounters:
         values = []
         for i, check in enumerate(checks):
             if check.lease:
-                current = self._in_flight(check.key, now, skip_parked=check.skip_parked)
+                current: float = self._in_flight(check.key, now, skip_parked=check.skip_parked)
                 if current + 1 > check.limit:
                     return Verdict(i, [float(current)])
                 values.append(current + 1.0)

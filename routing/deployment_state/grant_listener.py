@@ -124,7 +124,7 @@ class GrantListener:
                 await asyncio.sleep(1.0)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py: unannotated
 
     async def _sweep(self) -> None:
         while True:

@@ -148,7 +148,7 @@ class RedisDeploymentState:
         now: float | None = None,
     ) -> Admission:
         now = time.time() if now is None else now
-        args = (int(retry), slot, limits.retry_ratio, limits.retry_floor)
+        args: tuple[float | str, ...] = (int(retry), slot, limits.retry_ratio, limits.retry_floor)
         args += (claim.priority, claim.member, claim.estimate, wait_until or 0)
         args += (int(claim.preemptible), deadline or 0)
         waiting = _Waiting(name, limits, claim, retry, wait_until or 0.0, deadline, local=False)
@@ -321,7 +321,13 @@ class RedisDeploymentState:
                 name, limits, slot, result, service=service, repeat=repeat, took=took, now=now
             )
         self._held_here.get(name, set()).discard(slot)
-        args = (slot, result.value, limits.threshold, limits.cooldown, limits.close_after)
+        args: tuple[float | str, ...] = (
+            slot,
+            result.value,
+            limits.threshold,
+            limits.cooldown,
+            limits.close_after,
+        )
         args += ("" if service is None else service, int(repeat), "" if took is None else took)
         try:
             answer = await self._run("release", name, limits, now, *args)

@@ -103,7 +103,8 @@ def open_time(cap: float, opens: int) -> float:
     """How long the breaker stays open after `opens` consecutive openings without closing
     in between: short at first, doubling per failed probe, up to `cap` (the configured
     cooldown), so a deployment that comes back serves again within seconds."""
-    return min(cap, FIRST_OPEN * 2 ** min(opens, DOUBLINGS))
+    doubling: int = 2 ** min(opens, DOUBLINGS)  # int ** int is Any to mypy (it may be a float)
+    return min(cap, FIRST_OPEN * doubling)
 
 
 def recent(value: float, at: float, now: float) -> float:

@@ -755,7 +755,7 @@ class ChatToMessagesStream:
 
     def _start(self, chunk: dict[str, Any]) -> bytes:
         self.started = True
-        message = {
+        message: dict[str, Any] = {
             "id": _message_id(chunk.get("id")),
             "type": "message",
             "role": "assistant",
@@ -813,7 +813,7 @@ class ChatToMessagesStream:
         index = call.get("index", 0)
         function = call.get("function") or {}
         if index not in self.tool_blocks:
-            block = {
+            block: dict[str, Any] = {
                 "type": "tool_use",
                 "id": call.get("id"),
                 "name": function.get("name"),

@@ -206,7 +206,7 @@ def _tools_to_chat(tool: Any, param: str, degrade: Degrade) -> list[dict[str, An
         raise bad_request(f"'{param}' must be an object.", param=param)
     if kind == "namespace":
         degrade.note(param, "a namespace's tools offered as plain functions")
-        inner = tool.get("tools") if isinstance(tool.get("tools"), list) else []
+        inner = tools if isinstance(tools := tool.get("tools"), list) else []
         return [
             t
             for j, item in enumerate(inner)
@@ -590,7 +590,8 @@ def chat_response_to_responses(payload: dict[str, Any], echo: Echo) -> dict[str,
 
 
 def sse(data: dict[str, Any]) -> bytes:
-    return b"event: " + data["type"].encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
+    kind: str = data["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
 
 
 class ChatToResponsesStream:

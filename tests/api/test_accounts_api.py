@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from accounts.models import AdminAction, ApiKey
-from tests.api.conftest import ROLES, assert_error
+from tests.support.api import ROLES, assert_error
 
 pytestmark = pytest.mark.django_db
 
@@ -18,7 +18,7 @@ def expect(admin: int, team_admin: int, member: int, other: int) -> dict[str, in
     return {"admin": admin, "team_admin": team_admin, "member": member, "other": other} | DENIED
 
 
-# (method, path, body, expected status per role). Objects are the world's (conftest):
+# (method, path, body, expected status per role). Objects are the world's (tests/support/api.py):
 # team acme, application acme-app, member dev@acme.test and their key.
 READS = [
     ("get", "/api/v1/teams/", None, expect(200, 200, 200, 200)),

@@ -8,7 +8,7 @@ from django.middleware.csrf import _get_new_csrf_string
 from rest_framework.test import APIClient
 
 from api.throttles import CallerThrottle
-from tests.api.conftest import assert_error
+from tests.support.api import assert_error
 
 pytestmark = pytest.mark.django_db
 

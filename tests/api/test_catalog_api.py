@@ -10,7 +10,7 @@ from accounts.models import AdminAction
 from quotas.models import Limit, UsageRollup
 from quotas.rollups import daily_rollups_rebuild
 from routing.models import Attempt, CallRecord, Deployment
-from tests.api.conftest import ROLES, assert_error
+from tests.support.api import ROLES, assert_error
 
 pytestmark = pytest.mark.django_db
 DENIED = {"anonymous": 401, "gateway_key": 401}

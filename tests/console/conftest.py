@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import GatewayHandle
 from tests.console.browser import Console, browser_skip_reason, start_chromium, stop_chromium
 from tests.console.people import PASSWORD, People, make_people
+from tests.support import GatewayHandle
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.conftest import GatewayHandle
 from tests.console.browser import Console, start_chromium, stop_chromium
 from tests.console.people import PASSWORD, People
+from tests.support import GatewayHandle
 
 pytestmark = pytest.mark.browser
 

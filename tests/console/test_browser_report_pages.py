@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, wait_until
 from tests.console.browser import Console
 from tests.console.people import People
+from tests.support import GatewayHandle, wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -2,10 +2,9 @@
 with several workers, and for the Batch API a simulator whose answers take a while (so a batch
 is still running when a test cancels it, kills its runner or closes its window), a gateway
 sharing one batch-file folder and one Redis prefix with the runners the tests start. The
-single-worker gateway, the simulators and the scenario stay in tests/conftest.py: console,
-accounts and routing tests outside this folder use them too."""
+single-worker gateway, the simulators and the scenario stay in tests/conftest.py (their helpers
+in tests/support): console, accounts and routing tests outside this folder use them too."""
 
-import json
 import os
 import signal
 import subprocess
@@ -18,19 +17,26 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.conftest import ROOT, GatewayHandle, SimulatorHandle, _gateway, _simulator, wait_until
+from tests.support import (
+    ROOT,
+    GatewayHandle,
+    SimulatorHandle,
+    start_gateway,
+    start_simulator,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="session")
 def gateway_two_workers(e2e_database: str) -> Iterator[GatewayHandle]:
     """Two uvicorn workers behind one port: what they share must live in Redis."""
-    yield from _gateway(e2e_database, workers=2)
+    yield from start_gateway(e2e_database, workers=2)
 
 
 @pytest.fixture(scope="session")
 def gateway_four_workers(e2e_database: str) -> Iterator[GatewayHandle]:
     """Four workers: limits must hold across processes (through Redis)."""
-    yield from _gateway(e2e_database, workers=4)
+    yield from start_gateway(e2e_database, workers=4)
 
 
 LAG_MS = 300
@@ -39,7 +45,7 @@ LAG_MS = 300
 @pytest.fixture(scope="session")
 def lag_simulator() -> Iterator[SimulatorHandle]:
     """Model `lag`: 8 in flight, each answer after 300 ms."""
-    yield from _simulator("--model", "lag:8", "--latency-ms", str(LAG_MS))
+    yield from start_simulator("--model", "lag:8", "--latency-ms", str(LAG_MS))
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +98,7 @@ def batch_apps(
 def batch_gateway(
     e2e_database: str, batch_apps: dict[str, str], batch_env: dict[str, str]
 ) -> Iterator[GatewayHandle]:
-    yield from _gateway(e2e_database, extra_env=batch_env)
+    yield from start_gateway(e2e_database, extra_env=batch_env)
 
 
 @pytest.fixture
@@ -140,26 +146,3 @@ def batch_client(
         return OpenAI(base_url=f"{batch_gateway.url}/v1", api_key=key.plaintext, max_retries=0)
 
     return client
-
-
-def jsonl(lines: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(line) + "\n" for line in lines).encode()
-
-
-def chat_lines(n: int, model: str = "fast", prefix: str = "req") -> list[dict[str, Any]]:
-    return [
-        {
-            "custom_id": f"{prefix}-{i}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {"model": model, "messages": [{"role": "user", "content": f"line {i}"}]},
-        }
-        for i in range(n)
-    ]
-
-
-def upload(client: OpenAI, lines: list[dict[str, Any]], tmp_path: Path) -> str:
-    path = tmp_path / f"{uuid.uuid4().hex[:6]}.jsonl"
-    path.write_bytes(jsonl(lines))
-    with path.open("rb") as f:
-        return client.files.create(file=f, purpose="batch").id

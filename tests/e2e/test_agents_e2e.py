@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import (
+from tests.support import (
     ROOT,
     GatewayHandle,
     SimulatorHandle,
-    _simulator,
+    start_simulator,
     wait_until,
     wait_until_served,
 )
@@ -57,7 +57,7 @@ def agents() -> None:
 
 @pytest.fixture(scope="module")
 def agent_sim() -> Iterator[SimulatorHandle]:
-    yield from _simulator(
+    yield from start_simulator(
         "--model", "chat:8", "--model", "chat-full:0",
         "--model", "claude:8:anthropic", "--model", "claude-full:0:anthropic",
         "--model", "resp:8:openai-responses", "--model", "resp-full:0:openai-responses",

@@ -19,11 +19,11 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import (
+from tests.support import (
     GatewayHandle,
     SimulatorHandle,
-    _simulator,
     free_port,
+    start_simulator,
     wait_until_served,
 )
 
@@ -116,7 +116,7 @@ class ToolUpstream:
 
 @pytest.fixture(scope="module")
 def two_kinds() -> Iterator[SimulatorHandle]:
-    yield from _simulator(
+    yield from start_simulator(
         "--model", "claude-x:8:anthropic", "--model", "claude-full:0:anthropic",
         "--model", "gpt-y:8",
     )  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import _start, free_port, wait_until
+from tests.support import free_port, start_process, wait_until
 
 HI = [{"role": "user", "content": "Remember me."}]
 
@@ -28,7 +28,7 @@ def _worker(database: str, spool: Path, *, flush_seconds: str) -> tuple[subproce
     }
     url = f"http://127.0.0.1:{port}"
     args = ["config.asgi:application", "--port", str(port), "--log-level", "warning"]
-    proc = _start([sys.executable, "-m", "uvicorn", *args], url=f"{url}/healthz", env=env)
+    proc = start_process([sys.executable, "-m", "uvicorn", *args], url=f"{url}/healthz", env=env)
     return proc, url
 
 

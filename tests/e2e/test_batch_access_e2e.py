@@ -13,8 +13,8 @@ import openai
 import pytest
 from django.utils import timezone
 
-from tests.conftest import wait_until
-from tests.e2e.conftest import chat_lines, upload
+from tests.support import wait_until
+from tests.support.batches import chat_lines, upload
 
 FINAL = {"completed", "failed", "expired", "cancelled"}
 

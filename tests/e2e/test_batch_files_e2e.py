@@ -11,8 +11,8 @@ import openai
 import pytest
 from django.utils import timezone
 
-from tests.conftest import GatewayHandle, _gateway
-from tests.e2e.conftest import chat_lines, jsonl
+from tests.support import GatewayHandle, start_gateway
+from tests.support.batches import chat_lines, jsonl
 
 MAX_FILES = 3
 MAX_BYTES = 4000
@@ -29,7 +29,7 @@ def quota_gateway(
         "SLUICE_BATCH_APP_MAX_BYTES": str(MAX_BYTES),
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
     }
-    for handle in _gateway(e2e_database, extra_env=env):
+    for handle in start_gateway(e2e_database, extra_env=env):
         yield handle, files_dir
 
 

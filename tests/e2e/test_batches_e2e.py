@@ -11,8 +11,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import wait_until
-from tests.e2e.conftest import chat_lines, upload
+from tests.support import wait_until
+from tests.support.batches import chat_lines, upload
 
 FINAL = {"completed", "failed", "expired", "cancelled"}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, _gateway
+from tests.support import GatewayHandle, start_gateway
 
 MB = 1024 * 1024
 BIG = 300 * MB
@@ -22,7 +22,7 @@ CHUNK = b"a=" + b"x" * (MB - 2)
 @pytest.fixture(scope="module")
 def bounded_gateway(e2e_database: str) -> Iterator[GatewayHandle]:
     """The defaults (4 MB), except bodies must arrive within 2 s (the default is 30)."""
-    yield from _gateway(e2e_database, extra_env={"SLUICE_BODY_SECONDS": "2"})
+    yield from start_gateway(e2e_database, extra_env={"SLUICE_BODY_SECONDS": "2"})
 
 
 def _kb(pid: int, field: str) -> int:

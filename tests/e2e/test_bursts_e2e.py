@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, _simulator, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, start_simulator, wait_until
 
 MESSAGES = [{"role": "user", "content": "Hold under a burst."}]
 BATCH_CLIENTS = 40
@@ -27,7 +27,7 @@ CACHE_SECONDS = 2.0  # SLUICE_KEY_CACHE_SECONDS and SLUICE_CATALOG_CACHE_SECONDS
 @pytest.fixture(scope="module")
 def small_provider() -> Iterator[SimulatorHandle]:
     """Two models that each really take 4 calls at a time, 300 ms each."""
-    yield from _simulator(
+    yield from start_simulator(
         "--model", "real4:4", "--model", "real4b:4", "--latency-ms", str(CALL_SECONDS * 1000)
     )  # fmt: skip
 

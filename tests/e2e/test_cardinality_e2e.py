@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import GatewayHandle, wait_until
+from tests.support import GatewayHandle, wait_until
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 CALLS = 400
@@ -95,7 +95,7 @@ def test_a_refused_call_when_limits_cannot_be_counted_is_a_503_not_a_500(
     """Redis away and quotas failing closed: counting a refused call's request is refused
     the way every limit is then (503 limits_unavailable), never a 500."""
     from quotas.services import limit_set
-    from tests.conftest import _gateway, free_port
+    from tests.support import free_port, start_gateway
 
     key = issue_key()
     limit_set(scope="key", name=key.prefix, requests_per_minute=100)
@@ -103,7 +103,7 @@ def test_a_refused_call_when_limits_cannot_be_counted_is_a_503_not_a_500(
         "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
         "SLUICE_QUOTAS_WHEN_REDIS_DOWN": "closed",
     }
-    runs = _gateway(e2e_database, extra_env=env)
+    runs = start_gateway(e2e_database, extra_env=env)
     gateway = next(runs)
     try:
         with httpx.Client() as client:

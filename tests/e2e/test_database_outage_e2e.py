@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, _gateway, wait_until
+from tests.support import GatewayHandle, start_gateway, wait_until
 
 TTL = 1.0  # SLUICE_KEY_CACHE_SECONDS and SLUICE_CATALOG_CACHE_SECONDS in this gateway
 STALE = 6.0  # SLUICE_STALE_IF_ERROR_SECONDS
@@ -92,7 +92,7 @@ def relayed_gateway(e2e_database: str) -> Iterator[tuple[GatewayHandle, Relay]]:
         "SLUICE_STALE_IF_ERROR_SECONDS": str(STALE),
         "SLUICE_DB_REQUEST_SECONDS": "1",
     }
-    runs = _gateway(url, extra_env=env)
+    runs = start_gateway(url, extra_env=env)
     gateway = next(runs)
     try:
         yield gateway, relay

@@ -6,7 +6,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, wait_until
 
 HI = [{"role": "user", "content": "Anyone free?"}]
 MAX_ATTEMPTS = 3

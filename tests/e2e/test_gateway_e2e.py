@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, wait_until
 
 MESSAGES = [{"role": "user", "content": "Say hello to the team."}]
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, _gateway, free_port
+from tests.support import GatewayHandle, free_port, start_gateway
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 DEEP = b"[" * 10_000 + b"]" * 10_000
@@ -163,7 +163,7 @@ def _utc(ts: float):
 def impatient_gateway(e2e_database: str) -> Iterator[GatewayHandle]:
     """Headers and body must each arrive within one second."""
     env = {"SLUICE_BODY_SECONDS": "1", "SLUICE_HEADER_TIMEOUT": "1"}
-    yield from _gateway(e2e_database, extra_env=env)
+    yield from start_gateway(e2e_database, extra_env=env)
 
 
 def _address(gateway: GatewayHandle) -> tuple[str, int]:
@@ -243,7 +243,7 @@ def test_database_away_and_a_cold_key_is_a_quick_503_never_a_500(database):
         port = free_port()
     url = f"postgres://postgres@127.0.0.1:{port}/nowhere?connect_timeout=30"
     with tempfile.TemporaryFile() as log:
-        runs = _gateway(url, stderr=log, extra_env={"SLUICE_DB_REQUEST_SECONDS": "1"})
+        runs = start_gateway(url, stderr=log, extra_env={"SLUICE_DB_REQUEST_SECONDS": "1"})
         gateway = next(runs)
         try:
             key = f"sk-sluice-{uuid.uuid4().hex[:12]}-" + "x" * 43

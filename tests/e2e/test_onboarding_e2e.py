@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import GatewayHandle, wait_until
+from tests.support import GatewayHandle, wait_until
 
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, _simulator, wait_until_served
+from tests.support import GatewayHandle, SimulatorHandle, start_simulator, wait_until_served
 
 CAPACITY, CALL_MS = 4, 200  # the provider: 4 calls of 200 ms ± 30 % at a time, 20 a second
 SECONDS, LOAD = 6.0, 2.0
@@ -23,7 +23,7 @@ HI = [{"role": "user", "content": "Open loop."}]
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[SimulatorHandle]:
-    yield from _simulator(
+    yield from start_simulator(
         "--model", f"ol:{CAPACITY}", "--latency-ms", str(CALL_MS),
         "--latency-spread", "0.3", "--seed", "3",
     )  # fmt: skip

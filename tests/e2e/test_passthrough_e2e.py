@@ -20,7 +20,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import GatewayHandle, SimulatorHandle, _simulator, free_port, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, free_port, start_simulator, wait_until
 
 ANTHROPIC_ANSWER = (
     b'{"id":"msg_cap","type":"message","role":"assistant","model":"upstream-claude",'
@@ -115,7 +115,7 @@ class Capture:
 
 @pytest.fixture(scope="module")
 def native_sim() -> Iterator[SimulatorHandle]:
-    yield from _simulator(
+    yield from start_simulator(
         "--model", "claude-n:8:anthropic", "--model", "claude-n-full:0:anthropic",
         "--model", "gpt-r:8:openai-responses", "--model", "gpt-r-full:0:openai-responses",
         "--model", "gpt-c:8", "--model", "claude-cut:8:anthropic",

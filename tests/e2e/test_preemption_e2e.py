@@ -19,15 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import (
+from tests.support import (
     GatewayHandle,
     IssuedKey,
     SimulatorHandle,
-    _simulator,
+    start_simulator,
     wait_until,
     wait_until_served,
 )
-from tests.e2e.conftest import chat_lines, upload
+from tests.support.batches import chat_lines, upload
 
 CALL_MS = 2000
 BOUND_S = 1.0  # an interactive call's queue wait: half a batch call, far above a handover
@@ -36,7 +36,7 @@ BOUND_S = 1.0  # an interactive call's queue wait: half a batch call, far above 
 @pytest.fixture(scope="module")
 def long_simulator() -> Iterator[SimulatorHandle]:
     """Model `long`: 4 in flight, each answer after 2 s."""
-    yield from _simulator("--model", "long:4", "--latency-ms", str(CALL_MS))
+    yield from start_simulator("--model", "long:4", "--latency-ms", str(CALL_MS))
 
 
 @pytest.fixture(scope="module")

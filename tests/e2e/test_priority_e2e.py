@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, wait_until
 
 MESSAGES = [{"role": "user", "content": "Wait your turn."}]
 CALL_SECONDS = 2.0  # the slow simulator: 40 chunks, 50 ms apart

@@ -17,7 +17,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import GatewayHandle, free_port, wait_until_served
+from tests.support import GatewayHandle, free_port, wait_until_served
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 ACCOUNT = {"OpenAI-Organization": "org-abc", "OpenAI-Project": "proj_1", "OpenAI-Beta": "x=v1"}

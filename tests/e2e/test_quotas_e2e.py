@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, wait_until
 
 MESSAGES = [{"role": "user", "content": "Count to three."}]
 

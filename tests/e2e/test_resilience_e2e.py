@@ -1,6 +1,6 @@
 """Every upstream failure class, end to end: the simulator injects it, the official SDK
 calls Sluice under uvicorn, and the audit trail must say what happened, attempt by attempt.
-Each scenario has its own route and deployments (tests/conftest.py, FAULTS)."""
+Each scenario has its own route and deployments (tests/support/scenario.py, FAULTS)."""
 
 import time
 from collections.abc import Callable
@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import GatewayHandle, SimulatorHandle, wait_until
+from tests.support import GatewayHandle, SimulatorHandle, wait_until
 
 MESSAGES = [{"role": "user", "content": "How is the weather?"}]
 

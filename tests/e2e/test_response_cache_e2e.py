@@ -9,7 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import GatewayHandle, SimulatorHandle
+from tests.support import GatewayHandle, SimulatorHandle
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 

@@ -7,7 +7,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.conftest import GatewayHandle
+from tests.support import GatewayHandle
 
 
 @pytest.fixture

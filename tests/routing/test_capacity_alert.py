@@ -17,7 +17,7 @@ import pytest
 
 from routing.capacity_alert import LocalAlertStore, capacity_alert_check, transitions
 from routing.selectors import CapacityShare
-from tests.conftest import _simulator, _start, _stop, free_port, wait_until
+from tests.support import free_port, start_process, start_simulator, stop_process, wait_until
 
 RULES = {"threshold": 0.2, "minimum": 10, "recover_ratio": 0.5}
 
@@ -101,7 +101,7 @@ def webhook() -> Iterator[list[dict]]:
 
 @pytest.fixture(scope="module")
 def alert_simulator():
-    yield from _simulator("--model", "alerty:16")
+    yield from start_simulator("--model", "alerty:16")
 
 
 def test_alert_end_to_end_once_per_crossing_and_once_on_recovery(
@@ -133,7 +133,7 @@ def test_alert_end_to_end_once_per_crossing_and_once_on_recovery(
         "SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS": "5",
     }
     args = ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
-    proc = _start(
+    proc = start_process(
         [
             sys.executable,
             "-m",
@@ -189,4 +189,4 @@ def test_alert_end_to_end_once_per_crossing_and_once_on_recovery(
         assert len(mine("recovered")) == 1
     finally:
         alert_simulator.set_faults("alerty", {})
-        _stop(proc)
+        stop_process(proc)

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from routing.audit import AttemptLog, CallLog
 from routing.metrics import Counts, _families, metrics_allowed
-from tests.conftest import _start, _stop, free_port, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -118,7 +118,7 @@ def test_metrics_end_to_end_add_up_across_workers(e2e_database, issue_key, commi
         "--log-level",
         "warning",
     ]
-    proc = _start(
+    proc = start_process(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", *args],
         url=f"http://127.0.0.1:{port}/healthz",
         env=env,
@@ -163,4 +163,4 @@ def test_metrics_end_to_end_add_up_across_workers(e2e_database, issue_key, commi
         ) in s
         assert ("sluice_deployment_waiting", (("deployment", "small"), ("priority", "batch"))) in s
     finally:
-        _stop(proc)
+        stop_process(proc)

@@ -15,7 +15,7 @@ import redis
 from routing.deployment_state import Limits, Result
 from routing.deployment_state.redis import RedisDeploymentState
 from routing.slot_policy import BATCH, Claim
-from tests.conftest import free_port
+from tests.support import free_port
 
 pytestmark = pytest.mark.skipif(not shutil.which("redis-server"), reason="no redis-server")
 LIMITS = Limits(max_concurrency=1, threshold=0, lease=30, reserve=0.0)
@@ -146,11 +146,11 @@ def test_gateway_serves_calls_queued_when_redis_dies(
     end, not refused at their deadline. Then Redis returns and calls go on."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.conftest import _gateway, wait_until
     from tests.e2e.test_priority_e2e import _call
+    from tests.support import start_gateway, wait_until
 
     env = {"REDIS_URL": private_redis.url, "SLUICE_WAIT_BATCH": "20"}
-    runs = _gateway(e2e_database, extra_env=env)
+    runs = start_gateway(e2e_database, extra_env=env)
     gateway = next(runs)
     try:
         key = issue_key().plaintext

@@ -11,7 +11,7 @@ from routing.deployment_state import Limits, Result
 from routing.payloads import Endpoint, parse_request, upstream_body
 from routing.relay import OpenStream, StreamRelay
 from routing.upstream import close_sessions, open_response
-from tests.conftest import SimulatorHandle, wait_until
+from tests.support import SimulatorHandle, wait_until
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from django.test import Client
 
 from accounts.models import Application
 from routing.config_file import apply_config, load_config
-from tests.api.conftest import assert_error, client_as, world  # noqa: F401 - fixtures
 from tests.console.people import People, make_people
+from tests.support.api import assert_error
 
 pytestmark = pytest.mark.django_db
 DEMO = Path(__file__).resolve().parents[2] / "config" / "demo.toml"
@@ -61,7 +61,7 @@ def test_the_console_form_shows_the_setting_and_refuses_a_bad_value(people):
 
 
 @pytest.mark.parametrize(("role", "status"), [("admin", 200), ("member", 403)])
-def test_the_management_api_reads_and_sets_the_cache(client_as, role, status):  # noqa: F811
+def test_the_management_api_reads_and_sets_the_cache(client_as, role, status):
     client = client_as(role)
     response = client.patch(
         "/api/v1/applications/acme-app/", {"cache_ttl_seconds": 600}, format="json"

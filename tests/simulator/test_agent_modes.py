@@ -12,14 +12,14 @@ import pytest
 
 from simulator.config import split_shape
 from simulator.script import ToolCall, chat_turn, messages_turn, responses_turn
-from tests.conftest import SimulatorHandle, _simulator
+from tests.support import SimulatorHandle, start_simulator
 
 BASH = {"type": "object", "properties": {"command": {"type": "string"}}}
 
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimulatorHandle]:
-    yield from _simulator(
+    yield from start_simulator(
         "--model", "gpt-r:4:openai-responses", "--model", "gpt-r-full:0:openai-responses",
         "--model", "claude-x:4:anthropic", "--model", "gpt-c:4",
     )  # fmt: skip

@@ -9,14 +9,14 @@ import httpx
 import pytest
 
 from simulator.config import split_shape
-from tests.conftest import SimulatorHandle, _simulator
+from tests.support import SimulatorHandle, start_simulator
 
 HI = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimulatorHandle]:
-    yield from _simulator(
+    yield from start_simulator(
         "--model", "claude-x:4:anthropic", "--model", "claude-full:0:anthropic",
         "--model", "claude-flaky:4:anthropic", "--model", "gpt-y:4",
         "--fault", "claude-flaky:capacity=1",

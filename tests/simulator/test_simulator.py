@@ -37,7 +37,7 @@ from simulator import (
     parse_model_spec,
     parse_schedule,
 )
-from tests.conftest import wait_until
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = [{"role": "user", "content": "hello"}]

@@ -1,9 +1,8 @@
-"""A small world for the API tests: two teams, one of each role, an API client per role."""
+"""A small world for the management API tests: two teams, one of each role, an API client
+per role; and the documented error shape."""
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
@@ -28,8 +27,7 @@ class World:
     tokens: dict[str, str]  # role -> Authorization header value
 
 
-@pytest.fixture
-def world(db: None) -> World:
+def make_world() -> World:
     team = Team.objects.create(slug="acme", name="Acme")
     other_team = Team.objects.create(slug="globex", name="Globex")
     upstream = Upstream.objects.create(name="up", base_url="http://127.0.0.1:9/v1")
@@ -70,15 +68,12 @@ def world(db: None) -> World:
     )
 
 
-@pytest.fixture
-def client_as(world: World) -> Callable[[str], APIClient]:
-    def make(role: str) -> APIClient:
-        client = APIClient()
-        if world.tokens[role]:
-            client.credentials(HTTP_AUTHORIZATION=world.tokens[role])
-        return client
-
-    return make
+def api_client(world: World, role: str) -> APIClient:
+    """An API client sending the role's credentials (none for `anonymous`)."""
+    client = APIClient()
+    if world.tokens[role]:
+        client.credentials(HTTP_AUTHORIZATION=world.tokens[role])
+    return client
 
 
 def assert_error(response: object, status: int) -> dict:
