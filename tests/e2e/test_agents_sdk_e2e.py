@@ -19,13 +19,13 @@ from agents import (
     set_tracing_disabled,
 )
 
-from tests.conftest import wait_until
 from tests.e2e.test_agents_e2e import (  # noqa: F401 - fixtures
     agent_catalog,
     agent_key,
     agent_sim,
     audit,
 )
+from tests.support import wait_until
 
 # Traces would go to api.openai.com; the gateway's audit is the record here.
 set_tracing_disabled(True)
