@@ -5,11 +5,9 @@ or a command) and records one AdminAction in the same transaction.
 """
 
 import getpass
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
@@ -17,27 +15,29 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import policy
+from accounts import policy, validators
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
 from accounts.models import (
-    MAX_CACHE_TTL_SECONDS,
     AdminAction,
     ApiKey,
     Application,
-    Fallback,
     ManagementToken,
     Member,
-    PriorityClass,
     Team,
 )
 from accounts.selectors import Viewer
-from accounts.windows import normalize_windows
-
-_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
 
 class AccountError(Exception):
     """A request that names something that does not exist or cannot be done."""
+
+
+def _checked(check: Any, value: Any, label: str) -> Any:
+    """`value` through one of accounts/validators.py's rules, its error an AccountError."""
+    try:
+        return check(value)
+    except validators.Invalid as exc:
+        raise AccountError(exc.message(label)) from None
 
 
 @dataclass(frozen=True)
@@ -348,10 +348,11 @@ def member_create(
     """A new member of `team`. With a password they can log in to the console at once;
     without one an admin sets it later (Django's password reset, or the admin)."""
     email = email.strip().lower()
-    if "@" not in email or len(email) > 254:
-        raise AccountError("enter a valid email address")
-    if role not in Member.Role.values:
-        raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    try:
+        validators.email_check(email)
+    except validators.Invalid:
+        raise AccountError("enter a valid email address") from None
+    _checked(validators.role_check, role, "role")
     policy.team_manage_check(actor=actor, team_id=team.pk)
     User = get_user_model()
     if User.objects.filter(username=email).exists() or User.objects.filter(email=email).exists():
@@ -375,8 +376,7 @@ def member_create(
 
 
 def member_update(*, actor: Actor, member: Member, role: str) -> Member:
-    if role not in Member.Role.values:
-        raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    _checked(validators.role_check, role, "role")
     _member_change_check(actor, member, "change the role of")
     if member.role == role:
         return member
@@ -427,20 +427,13 @@ def _member_change_check(actor: Actor, member: Member, what: str) -> None:
     )
 
 
-def _check_time_zone(time_zone: str) -> None:
-    try:
-        ZoneInfo(time_zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise AccountError(f"unknown time zone {time_zone!r}") from None
-
-
 def team_create(*, actor: Actor, slug: str, name: str, time_zone: str = "UTC") -> Team:
     policy.staff_check(actor=actor, what="create a team")
-    if not _SLUG.fullmatch(slug):
-        raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
+    _checked(validators.slug_check, slug, "the slug")
     if Team.objects.filter(slug=slug).exists():
         raise AccountError(f"a team {slug!r} already exists")
-    _check_time_zone(time_zone)
+    _checked(validators.name_check, name, "the name")
+    _checked(validators.time_zone_check, time_zone, "the time zone")
     with transaction.atomic():
         team = Team.objects.create(slug=slug, name=name or slug, time_zone=time_zone)
         admin_action_record(
@@ -455,7 +448,8 @@ def team_create(*, actor: Actor, slug: str, name: str, time_zone: str = "UTC") -
 
 def team_update(*, actor: Actor, team: Team, name: str, time_zone: str) -> Team:
     policy.team_manage_check(actor=actor, team_id=team.pk)
-    _check_time_zone(time_zone)
+    _checked(validators.name_check, name, "the name")
+    _checked(validators.time_zone_check, time_zone, "the time zone")
     before = snapshot_of(team, _TEAM_FIELDS)
     team.name, team.time_zone = name or team.slug, time_zone
     after = snapshot_of(team, _TEAM_FIELDS)
@@ -475,20 +469,12 @@ def team_update(*, actor: Actor, team: Team, name: str, time_zone: str) -> Team:
 
 def _application_values(values: dict[str, Any]) -> dict[str, Any]:
     clean = dict(values)
-    if clean.get("default_priority", PriorityClass.INTERACTIVE) not in PriorityClass.values:
-        raise AccountError(f"default priority must be one of {', '.join(PriorityClass.values)}")
-    if clean.get("fallback", Fallback.ANY) not in Fallback.values:
-        raise AccountError(f"fallback must be one of {', '.join(Fallback.values)}")
-    for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
-        value = clean.get(name)
-        if value is not None and not 1 <= value <= 10_000_000:
-            raise AccountError(f"{name.replace('_', ' ')} must be between 1 and 10000000")
-    if "batch_windows" in clean:
-        clean["batch_windows"] = _windows(clean["batch_windows"])
-    ttl = clean.get("cache_ttl_seconds")
-    if ttl is not None and not 0 <= ttl <= MAX_CACHE_TTL_SECONDS:
-        raise AccountError(f"cache ttl seconds must be between 0 and {MAX_CACHE_TTL_SECONDS}")
     unknown = set(clean) - set(APPLICATION_FIELDS)
+    for name in (n for n in APPLICATION_FIELDS if n in clean):
+        try:
+            clean[name] = validators.application_value_check(name, clean[name])
+        except validators.Invalid as exc:
+            raise AccountError(exc.message(name.replace("_", " "))) from None
     if unknown:
         raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")
     return clean
@@ -496,12 +482,7 @@ def _application_values(values: dict[str, Any]) -> dict[str, Any]:
 
 def _windows(value: Any) -> str:
     """The stored form of batch windows (accounts/windows.py), or a clear AccountError."""
-    if not isinstance(value, (str, list)):
-        raise AccountError("batch windows must be text such as 00:00-06:00 (or 'any')")
-    try:
-        return normalize_windows(value)
-    except ValueError as exc:
-        raise AccountError(str(exc)) from exc
+    return str(_checked(validators.batch_windows_check, value, "batch windows"))
 
 
 def application_create(
@@ -509,8 +490,7 @@ def application_create(
 ) -> Application:
     """A new application of `team`; `routes` are routing.Route objects (or ids)."""
     policy.team_manage_check(actor=actor, team_id=team.pk)
-    if not _SLUG.fullmatch(slug):
-        raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
+    _checked(validators.slug_check, slug, "the slug")
     if Application.objects.filter(slug=slug).exists():
         raise AccountError(f"an application {slug!r} already exists")
     clean = _application_values(values)
