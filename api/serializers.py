@@ -16,7 +16,7 @@ from accounts.models import (
 )
 from accounts.services import APPLICATION_FIELDS
 from accounts.validators import APPLICATION_RANGES, NAME_MAX_LENGTH, SLUG_MAX_LENGTH, SLUG_REGEX
-from quotas.validators import COST_DECIMALS, MAX_COST, MAX_LIMIT
+from quotas.validators import COST_DECIMALS, LIMIT_MAX, MAX_COST
 from routing.models import Outcome
 
 
@@ -214,17 +214,22 @@ class AdminActionOut(serializers.ModelSerializer):
 
 # --- limits -------------------------------------------------------------------------------
 
-_LIMIT_INT = {"min_value": 0, "max_value": MAX_LIMIT, "required": False, "allow_null": True}
+
+def _limit_int(name: str) -> serializers.IntegerField:
+    """A limit's field with the bounds limit_set checks."""
+    return serializers.IntegerField(
+        min_value=0, max_value=LIMIT_MAX[name], required=False, allow_null=True
+    )
 
 
 class LimitValues(StrictSerializer):
     """Only the values given change; null leaves one as it is, 0 removes that one limit."""
 
-    requests_per_minute = serializers.IntegerField(**_LIMIT_INT)
-    tokens_per_minute = serializers.IntegerField(**_LIMIT_INT)
-    max_concurrency = serializers.IntegerField(**_LIMIT_INT)
-    tokens_per_day = serializers.IntegerField(**_LIMIT_INT)
-    tokens_per_month = serializers.IntegerField(**_LIMIT_INT)
+    requests_per_minute = _limit_int("requests_per_minute")
+    tokens_per_minute = _limit_int("tokens_per_minute")
+    max_concurrency = _limit_int("max_concurrency")
+    tokens_per_day = _limit_int("tokens_per_day")
+    tokens_per_month = _limit_int("tokens_per_month")
     cost_per_month = serializers.DecimalField(
         max_digits=14,
         decimal_places=COST_DECIMALS,

@@ -19,7 +19,7 @@ from accounts.models import (
 from accounts.services import MAX_KEY_DAYS
 from accounts.validators import APPLICATION_RANGES, NAME_MAX_LENGTH, SLUG_MAX_LENGTH
 from accounts.windows import normalize_windows
-from quotas.validators import COST_DECIMALS, MAX_COST, MAX_LIMIT
+from quotas.validators import COST_DECIMALS, LIMIT_MAX, MAX_COST
 from routing.models import Route
 
 
@@ -193,13 +193,21 @@ class ApplicationForm(forms.Form):
 class LimitForm(forms.Form):
     """Empty: no limit. The same fields and meaning as `manage.py set_limit`."""
 
-    requests_per_minute = forms.IntegerField(min_value=0, max_value=MAX_LIMIT, required=False)
-    tokens_per_minute = forms.IntegerField(min_value=0, max_value=MAX_LIMIT, required=False)
-    max_concurrency = forms.IntegerField(
-        min_value=0, max_value=MAX_LIMIT, required=False, label="Calls in flight"
+    requests_per_minute = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["requests_per_minute"], required=False
     )
-    tokens_per_day = forms.IntegerField(min_value=0, max_value=MAX_LIMIT, required=False)
-    tokens_per_month = forms.IntegerField(min_value=0, max_value=MAX_LIMIT, required=False)
+    tokens_per_minute = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["tokens_per_minute"], required=False
+    )
+    max_concurrency = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["max_concurrency"], required=False, label="Calls in flight"
+    )
+    tokens_per_day = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["tokens_per_day"], required=False
+    )
+    tokens_per_month = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["tokens_per_month"], required=False
+    )
     cost_per_month = forms.DecimalField(
         min_value=0,
         max_value=MAX_COST,

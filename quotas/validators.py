@@ -16,6 +16,17 @@ LIMIT_FIELDS = (
     "cost_per_month",
 )
 MAX_LIMIT = 10**15
+# The per-minute and in-flight limits are 32-bit columns (PositiveIntegerField): more
+# than that is refused here on every database, not left for PostgreSQL to refuse with
+# an error.
+MAX_INT_LIMIT = 2**31 - 1
+LIMIT_MAX: dict[str, int] = {
+    "requests_per_minute": MAX_INT_LIMIT,
+    "tokens_per_minute": MAX_INT_LIMIT,
+    "max_concurrency": MAX_INT_LIMIT,
+    "tokens_per_day": MAX_LIMIT,
+    "tokens_per_month": MAX_LIMIT,
+}
 # What Limit.cost_per_month holds (14 digits, 4 of them decimals).
 COST_DECIMALS = 4
 COST_STEP = Decimal("0.0001")
@@ -40,6 +51,7 @@ def limit_value_check(name: str, value: Any) -> Any:
         return cost
     if isinstance(value, bool) or not isinstance(value, int):
         raise Invalid("{label} must be a whole number")
-    if not 0 <= value <= MAX_LIMIT:
-        raise Invalid("{label} must be between 0 and 10^15")
+    high = LIMIT_MAX.get(name, MAX_LIMIT)
+    if not 0 <= value <= high:
+        raise Invalid(f"{{label}} must be between 0 and {'10^15' if high == MAX_LIMIT else high}")
     return value

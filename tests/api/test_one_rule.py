@@ -173,8 +173,11 @@ def test_batch_windows_that_are_not_text_are_a_clear_error_in_the_service(people
 # --- limits -------------------------------------------------------------------------------
 
 LIMIT_CASES = [  # (field, value, accepted)
-    ("requests_per_minute", 10**15, True),
-    ("requests_per_minute", 10**15 + 1, False),
+    ("requests_per_minute", 2**31 - 1, True),  # a 32-bit column, also on PostgreSQL
+    ("requests_per_minute", 2**31, False),
+    ("max_concurrency", 2**31, False),
+    ("tokens_per_day", 10**15, True),
+    ("tokens_per_day", 10**15 + 1, False),
     ("cost_per_month", "9999999999.9999", True),  # the most the column holds
     ("cost_per_month", "10000000000", False),
     ("cost_per_month", "1.23456", False),
