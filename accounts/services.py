@@ -34,7 +34,7 @@ class AccountError(Exception):
     """A request that names something that does not exist or cannot be done."""
 
 
-def _checked(check: Any, value: Any, label: str) -> Any:
+def _checked(check: Callable[[Any], Any], value: Any, label: str) -> Any:
     """`value` through one of accounts/validators.py's rules, its error an AccountError."""
     try:
         return check(value)
@@ -291,8 +291,7 @@ def key_create(
         raise AccountError(f"member {member.user.email} is deactivated")
     if expires_at is not None and expires_at <= timezone.now():
         raise AccountError("the expiry must be in the future")
-    if len(name) > 200:
-        raise AccountError("the name must be at most 200 characters")
+    _checked(validators.name_check, name, "the name")
     new: NewKey = key_generate()
     with recorded_change(
         actor=actor,
