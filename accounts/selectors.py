@@ -7,9 +7,10 @@ Calls in scope: `routing.selectors.calls_visible_to` (routing sits above account
 """
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, key_matches, key_prefix_of
@@ -104,6 +105,36 @@ def keys_visible_to(viewer: Viewer) -> QuerySet[ApiKey]:
     if viewer.member_id is not None:
         return qs.filter(member_id=viewer.member_id)
     return qs.none()
+
+
+KEY_STATES = ("active", "revoked", "expired")
+
+
+def keys_in_state(
+    qs: QuerySet[ApiKey], state: str, *, now: datetime | None = None
+) -> QuerySet[ApiKey]:
+    """The keys of `qs` in one state. Active: not revoked and not past its expiry; revoked:
+    revoked, whatever its expiry; expired: past its expiry without being revoked. The
+    console's key list and the API's `?state=` both filter here."""
+    now = now or timezone.now()
+    if state == "active":
+        return qs.filter(revoked_at=None).filter(Q(expires_at=None) | Q(expires_at__gt=now))
+    if state == "revoked":
+        return qs.exclude(revoked_at=None)
+    if state == "expired":
+        return qs.filter(revoked_at=None, expires_at__lte=now)
+    raise ValueError(f"state must be one of {', '.join(KEY_STATES)}")
+
+
+def member_by_email(qs: QuerySet[Member], email: str) -> Member | None:
+    """The member of `qs` with this email, ignoring case and surrounding spaces (addresses
+    are stored as given by config files, lowercased by the console and the API); an exact
+    match wins over one that differs only in case."""
+    email = email.strip()
+    if not email:
+        return None
+    found = list(qs.filter(user__email__iexact=email).order_by("pk")[:20])
+    return next((m for m in found if m.user.email == email), found[0] if found else None)
 
 
 def admin_actions_visible_to(viewer: Viewer) -> QuerySet[AdminAction]:

@@ -5,11 +5,11 @@ or a command) and records one AdminAction in the same transaction.
 """
 
 import getpass
-import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
@@ -17,27 +17,29 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import policy
+from accounts import policy, validators
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, NewKey, key_generate
 from accounts.models import (
-    MAX_CACHE_TTL_SECONDS,
     AdminAction,
     ApiKey,
     Application,
-    Fallback,
     ManagementToken,
     Member,
-    PriorityClass,
     Team,
 )
 from accounts.selectors import Viewer
-from accounts.windows import normalize_windows
-
-_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
 
 class AccountError(Exception):
     """A request that names something that does not exist or cannot be done."""
+
+
+def _checked(check: Callable[[Any], Any], value: Any, label: str) -> Any:
+    """`value` through one of accounts/validators.py's rules, its error an AccountError."""
+    try:
+        return check(value)
+    except validators.Invalid as exc:
+        raise AccountError(exc.message(label)) from None
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,60 @@ def snapshot_of(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class Change:
+    """The change `recorded_change` logs: the object (set it when the block creates one),
+    its snapshot before (None for a new object), the team whose log it is in, and notes
+    added to the snapshot after (why, or what replaced it)."""
+
+    obj: Any
+    before: dict[str, Any] | None
+    team_id: int | None
+    snapshot: Callable[[Any], dict[str, Any]]
+    note: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the object's snapshot differs from the one before (so far)."""
+        return self.snapshot(self.obj) != self.before
+
+
+@contextmanager
+def recorded_change(
+    *,
+    actor: Actor,
+    action: str,
+    snapshot: Callable[[Any], dict[str, Any]],
+    obj: Any = None,
+    team_id: int | None = None,
+    object_type: str | None = None,
+    only_if_changed: bool = False,
+) -> Iterator[Change]:
+    """Every change is logged this way: in one transaction, `obj`'s snapshot before, the
+    block's change, the snapshot after and one AdminAction. A block that creates the
+    object sets `change.obj` (and `change.team_id` if only then known). With
+    `only_if_changed`, a change that leaves the snapshot as it was writes no action."""
+    with transaction.atomic():
+        change = Change(obj, None if obj is None else snapshot(obj), team_id, snapshot)
+        yield change
+        after = snapshot(change.obj) | change.note
+        if only_if_changed and after == change.before:
+            return
+        admin_action_record(
+            actor=actor,
+            action=action,
+            obj=change.obj,
+            object_type=object_type,
+            team_id=change.team_id,
+            before=change.before,
+            after=after,
+        )
+
+
+def _key_snapshot(key: ApiKey) -> dict[str, Any]:
+    return snapshot_of(key, _KEY_FIELDS)
+
+
 @transaction.atomic
 def member_ensure(
     *, email: str, team: Team, role: str = Member.Role.MEMBER, actor: Actor = SYSTEM
@@ -140,19 +196,16 @@ def member_team_move(*, actor: Actor, member: Member, team: Team) -> Member:
     if member.team_id == team.pk:
         return member
     policy.staff_check(actor=actor, what="move a member to another team")
-    before = _member_snapshot(member)
-    old_team_id = member.team_id
-    member.team = team
-    member.save(update_fields=["team"])
-    member_keys_outside_team_revoke(actor=actor, member=member)
-    admin_action_record(
+    with recorded_change(
         actor=actor,
         action="member.move",
         obj=member,
-        team_id=old_team_id,
-        before=before,
-        after=_member_snapshot(member),
-    )
+        snapshot=_member_snapshot,
+        team_id=member.team_id,  # the old team's log
+    ):
+        member.team = team
+        member.save(update_fields=["team"])
+        member_keys_outside_team_revoke(actor=actor, member=member)
     return member
 
 
@@ -165,18 +218,17 @@ def member_keys_outside_team_revoke(*, actor: Actor, member: Member) -> int:
         application__team_id=member.team_id
     )
     for key in live.select_related("application"):
-        before = snapshot_of(key, _KEY_FIELDS)
-        key.revoked_at = now
-        key.save(update_fields=["revoked_at"])
-        admin_action_record(
+        with recorded_change(
             actor=actor,
             action="key.revoke",
             obj=key,
+            snapshot=_key_snapshot,
             object_type="key",
             team_id=key.application.team_id,
-            before=before,
-            after=snapshot_of(key, _KEY_FIELDS) | {"reason": "member moved to another team"},
-        )
+        ) as change:
+            key.revoked_at = now
+            key.save(update_fields=["revoked_at"])
+            change.note = {"reason": "member moved to another team"}
         revoked += 1
     return revoked
 
@@ -200,6 +252,14 @@ APPLICATION_FIELDS = (  # what update_application takes, and the API and admin l
 )
 MAX_KEY_DAYS = 3650
 MAX_GRACE = timedelta(days=30)
+
+
+def _team_snapshot(team: Team) -> dict[str, Any]:
+    return snapshot_of(team, _TEAM_FIELDS)
+
+
+def _application_snapshot(application: Application) -> dict[str, Any]:
+    return snapshot_of(application, APPLICATION_FIELDS)
 
 
 def _member_snapshot(member: Member) -> dict[str, Any]:
@@ -231,25 +291,22 @@ def key_create(
         raise AccountError(f"member {member.user.email} is deactivated")
     if expires_at is not None and expires_at <= timezone.now():
         raise AccountError("the expiry must be in the future")
-    if len(name) > 200:
-        raise AccountError("the name must be at most 200 characters")
+    _checked(validators.name_check, name, "the name")
     new: NewKey = key_generate()
-    with transaction.atomic():
-        key = ApiKey.objects.create(
+    with recorded_change(
+        actor=actor,
+        action=action,
+        snapshot=_key_snapshot,
+        object_type="key",
+        team_id=member.team_id,
+    ) as change:
+        change.obj = key = ApiKey.objects.create(
             member=member,
             application=application,
             name=name,
             prefix=new.prefix,
             secret_hash=new.secret_hash,
             expires_at=expires_at,
-        )
-        admin_action_record(
-            actor=actor,
-            action=action,
-            obj=key,
-            object_type="key",
-            team_id=member.team_id,
-            after=snapshot_of(key, _KEY_FIELDS),
         )
     return key, new.plaintext
 
@@ -286,19 +343,16 @@ def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
         raise AccountError(f"no key with prefix {prefix!r}")
     policy.key_change_check(actor=actor, member_id=key.member_id, team_id=key.member.team_id)
     if key.revoked_at is None:
-        with transaction.atomic():
-            before = snapshot_of(key, _KEY_FIELDS)
+        with recorded_change(
+            actor=actor,
+            action="key.revoke",
+            obj=key,
+            snapshot=_key_snapshot,
+            object_type="key",
+            team_id=key.member.team_id,
+        ):
             key.revoked_at = timezone.now()
             key.save(update_fields=["revoked_at"])
-            admin_action_record(
-                actor=actor,
-                action="key.revoke",
-                obj=key,
-                object_type="key",
-                team_id=key.member.team_id,
-                before=before,
-                after=snapshot_of(key, _KEY_FIELDS),
-            )
     return key
 
 
@@ -313,7 +367,14 @@ def key_rotate(*, actor: Actor, key: ApiKey, grace: timedelta) -> tuple[ApiKey, 
         raise AccountError(f"key {key.prefix} has expired; create a new key instead")
     if not timedelta(0) <= grace <= MAX_GRACE:
         raise AccountError("the grace period must be between 0 and 30 days")
-    with transaction.atomic():
+    with recorded_change(
+        actor=actor,
+        action="key.rotate",
+        obj=key,
+        snapshot=_key_snapshot,
+        object_type="key",
+        team_id=key.member.team_id,
+    ) as change:
         new_key, plaintext = key_create(
             actor=actor,
             member=key.member,
@@ -322,23 +383,13 @@ def key_rotate(*, actor: Actor, key: ApiKey, grace: timedelta) -> tuple[ApiKey, 
             expires_at=key.expires_at,
             action="key.rotate.new",
         )
-        before = snapshot_of(key, _KEY_FIELDS)
         ends = now + grace
         if key.expires_at is None or ends < key.expires_at:
             key.expires_at = ends
         if grace == timedelta(0):
             key.revoked_at = now
         key.save(update_fields=["expires_at", "revoked_at"])
-        after = snapshot_of(key, _KEY_FIELDS) | {"replaced_by": new_key.prefix}
-        admin_action_record(
-            actor=actor,
-            action="key.rotate",
-            obj=key,
-            object_type="key",
-            team_id=key.member.team_id,
-            before=before,
-            after=after,
-        )
+        change.note = {"replaced_by": new_key.prefix}
     return new_key, plaintext
 
 
@@ -348,10 +399,11 @@ def member_create(
     """A new member of `team`. With a password they can log in to the console at once;
     without one an admin sets it later (Django's password reset, or the admin)."""
     email = email.strip().lower()
-    if "@" not in email or len(email) > 254:
-        raise AccountError("enter a valid email address")
-    if role not in Member.Role.values:
-        raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    try:
+        validators.email_check(email)
+    except validators.Invalid:
+        raise AccountError("enter a valid email address") from None
+    _checked(validators.role_check, role, "role")
     policy.team_manage_check(actor=actor, team_id=team.pk)
     User = get_user_model()
     if User.objects.filter(username=email).exists() or User.objects.filter(email=email).exists():
@@ -361,37 +413,28 @@ def member_create(
             validate_password(password, user=User(username=email, email=email))
         except ValidationError as exc:
             raise AccountError(" ".join(exc.messages)) from None
-    with transaction.atomic():
+    with recorded_change(
+        actor=actor, action="member.create", snapshot=_member_snapshot, team_id=team.pk
+    ) as change:
         user = User.objects.create_user(username=email, email=email, password=password or None)
-        member = Member.objects.create(user=user, team=team, role=role)
-        admin_action_record(
-            actor=actor,
-            action="member.create",
-            obj=member,
-            team_id=team.pk,
-            after=_member_snapshot(member),
-        )
+        change.obj = member = Member.objects.create(user=user, team=team, role=role)
     return member
 
 
 def member_update(*, actor: Actor, member: Member, role: str) -> Member:
-    if role not in Member.Role.values:
-        raise AccountError(f"role must be one of {', '.join(Member.Role.values)}")
+    _checked(validators.role_check, role, "role")
     _member_change_check(actor, member, "change the role of")
     if member.role == role:
         return member
-    with transaction.atomic():
-        before = _member_snapshot(member)
+    with recorded_change(
+        actor=actor,
+        action="member.update",
+        obj=member,
+        snapshot=_member_snapshot,
+        team_id=member.team_id,
+    ):
         member.role = role
         member.save(update_fields=["role"])
-        admin_action_record(
-            actor=actor,
-            action="member.update",
-            obj=member,
-            team_id=member.team_id,
-            before=before,
-            after=_member_snapshot(member),
-        )
     return member
 
 
@@ -402,18 +445,15 @@ def member_set_active(*, actor: Actor, member: Member, active: bool) -> Member:
     user = member.user
     if user.is_active == active:
         return member
-    with transaction.atomic():
-        before = _member_snapshot(member)
+    with recorded_change(
+        actor=actor,
+        action="member.activate" if active else "member.deactivate",
+        obj=member,
+        snapshot=_member_snapshot,
+        team_id=member.team_id,
+    ):
         user.is_active = active
         user.save(update_fields=["is_active"])
-        admin_action_record(
-            actor=actor,
-            action="member.activate" if active else "member.deactivate",
-            obj=member,
-            team_id=member.team_id,
-            before=before,
-            after=_member_snapshot(member),
-        )
     return member
 
 
@@ -427,68 +467,45 @@ def _member_change_check(actor: Actor, member: Member, what: str) -> None:
     )
 
 
-def _check_time_zone(time_zone: str) -> None:
-    try:
-        ZoneInfo(time_zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise AccountError(f"unknown time zone {time_zone!r}") from None
-
-
 def team_create(*, actor: Actor, slug: str, name: str, time_zone: str = "UTC") -> Team:
     policy.staff_check(actor=actor, what="create a team")
-    if not _SLUG.fullmatch(slug):
-        raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
+    _checked(validators.slug_check, slug, "the slug")
     if Team.objects.filter(slug=slug).exists():
         raise AccountError(f"a team {slug!r} already exists")
-    _check_time_zone(time_zone)
-    with transaction.atomic():
-        team = Team.objects.create(slug=slug, name=name or slug, time_zone=time_zone)
-        admin_action_record(
-            actor=actor,
-            action="team.create",
-            obj=team,
-            team_id=team.pk,
-            after=snapshot_of(team, _TEAM_FIELDS),
-        )
+    _checked(validators.name_check, name, "the name")
+    _checked(validators.time_zone_check, time_zone, "the time zone")
+    with recorded_change(actor=actor, action="team.create", snapshot=_team_snapshot) as change:
+        change.obj = team = Team.objects.create(slug=slug, name=name or slug, time_zone=time_zone)
+        change.team_id = team.pk
     return team
 
 
 def team_update(*, actor: Actor, team: Team, name: str, time_zone: str) -> Team:
     policy.team_manage_check(actor=actor, team_id=team.pk)
-    _check_time_zone(time_zone)
-    before = snapshot_of(team, _TEAM_FIELDS)
-    team.name, team.time_zone = name or team.slug, time_zone
-    after = snapshot_of(team, _TEAM_FIELDS)
-    if after != before:
-        with transaction.atomic():
+    _checked(validators.name_check, name, "the name")
+    _checked(validators.time_zone_check, time_zone, "the time zone")
+    with recorded_change(
+        actor=actor,
+        action="team.update",
+        obj=team,
+        snapshot=_team_snapshot,
+        team_id=team.pk,
+        only_if_changed=True,
+    ) as change:
+        team.name, team.time_zone = name or team.slug, time_zone
+        if change.changed:
             team.save(update_fields=["name", "time_zone"])
-            admin_action_record(
-                actor=actor,
-                action="team.update",
-                obj=team,
-                team_id=team.pk,
-                before=before,
-                after=after,
-            )
     return team
 
 
 def _application_values(values: dict[str, Any]) -> dict[str, Any]:
     clean = dict(values)
-    if clean.get("default_priority", PriorityClass.INTERACTIVE) not in PriorityClass.values:
-        raise AccountError(f"default priority must be one of {', '.join(PriorityClass.values)}")
-    if clean.get("fallback", Fallback.ANY) not in Fallback.values:
-        raise AccountError(f"fallback must be one of {', '.join(Fallback.values)}")
-    for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
-        value = clean.get(name)
-        if value is not None and not 1 <= value <= 10_000_000:
-            raise AccountError(f"{name.replace('_', ' ')} must be between 1 and 10000000")
-    if "batch_windows" in clean:
-        clean["batch_windows"] = _windows(clean["batch_windows"])
-    ttl = clean.get("cache_ttl_seconds")
-    if ttl is not None and not 0 <= ttl <= MAX_CACHE_TTL_SECONDS:
-        raise AccountError(f"cache ttl seconds must be between 0 and {MAX_CACHE_TTL_SECONDS}")
     unknown = set(clean) - set(APPLICATION_FIELDS)
+    for name in (n for n in APPLICATION_FIELDS if n in clean):
+        try:
+            clean[name] = validators.application_value_check(name, clean[name])
+        except validators.Invalid as exc:
+            raise AccountError(exc.message(name.replace("_", " "))) from None
     if unknown:
         raise AccountError(f"unknown field(s): {', '.join(sorted(unknown))}")
     return clean
@@ -496,12 +513,7 @@ def _application_values(values: dict[str, Any]) -> dict[str, Any]:
 
 def _windows(value: Any) -> str:
     """The stored form of batch windows (accounts/windows.py), or a clear AccountError."""
-    if not isinstance(value, (str, list)):
-        raise AccountError("batch windows must be text such as 00:00-06:00 (or 'any')")
-    try:
-        return normalize_windows(value)
-    except ValueError as exc:
-        raise AccountError(str(exc)) from exc
+    return str(_checked(validators.batch_windows_check, value, "batch windows"))
 
 
 def application_create(
@@ -509,22 +521,16 @@ def application_create(
 ) -> Application:
     """A new application of `team`; `routes` are routing.Route objects (or ids)."""
     policy.team_manage_check(actor=actor, team_id=team.pk)
-    if not _SLUG.fullmatch(slug):
-        raise AccountError("the slug must be 1-50 letters, digits, '-' or '_'")
+    _checked(validators.slug_check, slug, "the slug")
     if Application.objects.filter(slug=slug).exists():
         raise AccountError(f"an application {slug!r} already exists")
     clean = _application_values(values)
     clean["name"] = clean.get("name") or slug
-    with transaction.atomic():
-        app = Application.objects.create(team=team, slug=slug, **clean)
+    with recorded_change(
+        actor=actor, action="application.create", snapshot=_application_snapshot, team_id=team.pk
+    ) as change:
+        change.obj = app = Application.objects.create(team=team, slug=slug, **clean)
         app.routes.set(routes or [])
-        admin_action_record(
-            actor=actor,
-            action="application.create",
-            obj=app,
-            team_id=team.pk,
-            after=snapshot_of(app, APPLICATION_FIELDS),
-        )
     return app
 
 
@@ -538,23 +544,19 @@ def application_update(
     clean.pop("team", None)
     if "name" in clean and not clean["name"]:
         clean["name"] = application.slug
-    with transaction.atomic():
-        before = snapshot_of(application, APPLICATION_FIELDS)
+    with recorded_change(
+        actor=actor,
+        action="application.update",
+        obj=application,
+        snapshot=_application_snapshot,
+        team_id=application.team_id,
+        only_if_changed=True,
+    ):
         for name, value in clean.items():
             setattr(application, name, value)
         application.save()
         if routes is not None:
             application.routes.set(routes)
-        after = snapshot_of(application, APPLICATION_FIELDS)
-        if after != before:
-            admin_action_record(
-                actor=actor,
-                action="application.update",
-                obj=application,
-                team_id=application.team_id,
-                before=before,
-                after=after,
-            )
     return application
 
 
@@ -566,19 +568,17 @@ def application_batch_windows_set(
     already has records nothing."""
     policy.team_manage_check(actor=actor, team_id=application.team_id)
     clean = _windows(windows)
-    with transaction.atomic():
-        before = {"batch_windows": application.batch_windows}
+    with recorded_change(
+        actor=actor,
+        action="application.batch_windows",
+        obj=application,
+        snapshot=lambda app: snapshot_of(app, ("batch_windows",)),
+        team_id=application.team_id,
+        only_if_changed=True,
+    ):
         if clean != application.batch_windows:
             application.batch_windows = clean
             application.save(update_fields=["batch_windows"])
-            admin_action_record(
-                actor=actor,
-                action="application.batch_windows",
-                obj=application,
-                team_id=application.team_id,
-                before=before,
-                after={"batch_windows": clean},
-            )
     return application
 
 
@@ -622,29 +622,33 @@ def management_token_issue(
     if expires_days is not None and expires_days <= 0:
         raise AccountError("expires-days must be a positive number of days")
     new: NewKey = key_generate(MANAGEMENT_TOKEN_PREFIX)
-    token = ManagementToken.objects.create(
-        name=name,
-        prefix=new.prefix,
-        secret_hash=new.secret_hash,
-        user=user,
-        team=team,
-        expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
-    )
-    admin_action_record(
+    with recorded_change(
         actor=actor,
         action="management_token.create",
-        obj=token,
+        snapshot=_token_snapshot,
         object_type="management_token",
         team_id=team.pk if team else None,
-        after={
-            "name": name,
-            "user": user.email if user else None,
-            "user_id": user.pk if user else None,
-            "team": team_slug,
-            "expires_at": token.expires_at.isoformat() if token.expires_at else None,
-        },
-    )
+    ) as change:
+        change.obj = token = ManagementToken.objects.create(
+            name=name,
+            prefix=new.prefix,
+            secret_hash=new.secret_hash,
+            user=user,
+            team=team,
+            expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+        )
     return token, new.plaintext
+
+
+def _token_snapshot(token: ManagementToken) -> dict[str, Any]:
+    """Who the token acts as and until when; never its secret."""
+    return {
+        "name": token.name,
+        "user": token.user.email if token.user else None,
+        "user_id": token.user_id,
+        "team": token.team.slug if token.team else None,
+        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+    }
 
 
 @transaction.atomic
@@ -653,16 +657,16 @@ def management_token_revoke(*, actor: Actor, prefix: str) -> ManagementToken:
     if token is None:
         raise AccountError(f"no management token with prefix {prefix!r}")
     if token.revoked_at is None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
-        admin_action_record(
+        with recorded_change(
             actor=actor,
             action="management_token.revoke",
             obj=token,
+            snapshot=lambda t: snapshot_of(t, ("revoked_at",)),
             object_type="management_token",
             team_id=token.team_id,
-            after={"revoked_at": token.revoked_at.isoformat()},
-        )
+        ):
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
     return token
 
 

@@ -6,7 +6,6 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from accounts.models import (
-    MAX_CACHE_TTL_SECONDS,
     AdminAction,
     ApiKey,
     Application,
@@ -16,6 +15,8 @@ from accounts.models import (
     Team,
 )
 from accounts.services import APPLICATION_FIELDS
+from accounts.validators import APPLICATION_RANGES, NAME_MAX_LENGTH, SLUG_MAX_LENGTH, SLUG_REGEX
+from quotas.validators import COST_DECIMALS, LIMIT_MAX, MAX_COST
 from routing.models import Outcome
 
 
@@ -30,7 +31,13 @@ class StrictSerializer(serializers.Serializer):
         return attrs
 
 
-SLUG = {"max_length": 50, "regex": r"^[-a-zA-Z0-9_]+$"}
+SLUG = {"max_length": SLUG_MAX_LENGTH, "regex": SLUG_REGEX}
+
+
+def _bounds(name: str) -> dict[str, int]:
+    """An application setting's bounds, as the services check them."""
+    low, high = APPLICATION_RANGES[name]
+    return {"min_value": low, "max_value": high}
 
 
 # --- teams --------------------------------------------------------------------------------
@@ -44,12 +51,14 @@ class TeamOut(serializers.ModelSerializer):
 
 class TeamCreate(StrictSerializer):
     slug = serializers.RegexField(**SLUG)
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    name = serializers.CharField(
+        max_length=NAME_MAX_LENGTH, required=False, allow_blank=True, default=""
+    )
     time_zone = serializers.CharField(max_length=64, required=False, default="UTC")
 
 
 class TeamUpdate(StrictSerializer):
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=NAME_MAX_LENGTH, required=False, allow_blank=True)
     time_zone = serializers.CharField(max_length=64, required=False)
 
 
@@ -96,21 +105,19 @@ class ApplicationOut(serializers.ModelSerializer):
 
 
 class _ApplicationFields(StrictSerializer):
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=NAME_MAX_LENGTH, required=False, allow_blank=True)
     routes = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=500, required=False
     )
     default_priority = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
     fallback = serializers.ChoiceField(choices=Fallback.choices, required=False)
-    default_max_tokens = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    default_max_tokens = serializers.IntegerField(**_bounds("default_max_tokens"), required=False)
     max_tokens_ceiling = serializers.IntegerField(
-        min_value=1, max_value=10_000_000, required=False, allow_null=True
+        **_bounds("max_tokens_ceiling"), required=False, allow_null=True
     )
     clamp_max_tokens = serializers.BooleanField(required=False)
-    max_n = serializers.IntegerField(min_value=1, max_value=10_000, required=False, allow_null=True)
-    cache_ttl_seconds = serializers.IntegerField(
-        min_value=0, max_value=MAX_CACHE_TTL_SECONDS, required=False
-    )
+    max_n = serializers.IntegerField(**_bounds("max_n"), required=False, allow_null=True)
+    cache_ttl_seconds = serializers.IntegerField(**_bounds("cache_ttl_seconds"), required=False)
     batch_windows = serializers.CharField(
         max_length=200,
         required=False,
@@ -207,21 +214,27 @@ class AdminActionOut(serializers.ModelSerializer):
 
 # --- limits -------------------------------------------------------------------------------
 
-_LIMIT_INT = {"min_value": 0, "max_value": 10**15, "required": False, "allow_null": True}
+
+def _limit_int(name: str) -> serializers.IntegerField:
+    """A limit's field with the bounds limit_set checks."""
+    return serializers.IntegerField(
+        min_value=0, max_value=LIMIT_MAX[name], required=False, allow_null=True
+    )
 
 
 class LimitValues(StrictSerializer):
     """Only the values given change; null leaves one as it is, 0 removes that one limit."""
 
-    requests_per_minute = serializers.IntegerField(**_LIMIT_INT)
-    tokens_per_minute = serializers.IntegerField(**_LIMIT_INT)
-    max_concurrency = serializers.IntegerField(**_LIMIT_INT)
-    tokens_per_day = serializers.IntegerField(**_LIMIT_INT)
-    tokens_per_month = serializers.IntegerField(**_LIMIT_INT)
+    requests_per_minute = _limit_int("requests_per_minute")
+    tokens_per_minute = _limit_int("tokens_per_minute")
+    max_concurrency = _limit_int("max_concurrency")
+    tokens_per_day = _limit_int("tokens_per_day")
+    tokens_per_month = _limit_int("tokens_per_month")
     cost_per_month = serializers.DecimalField(
         max_digits=14,
-        decimal_places=4,
+        decimal_places=COST_DECIMALS,
         min_value=0,
+        max_value=MAX_COST,
         required=False,
         allow_null=True,
         coerce_to_string=False,

@@ -22,10 +22,13 @@ from rest_framework.response import Response
 from accounts import services
 from accounts.models import ApiKey, Member
 from accounts.selectors import (
+    KEY_STATES,
     admin_actions_visible_to,
     applications_visible_to,
+    keys_in_state,
     keys_visible_to,
     management_tokens_visible_to,
+    member_by_email,
     members_visible_to,
     teams_visible_to,
 )
@@ -193,7 +196,7 @@ class ApplicationViewSet(
     parameters=[
         OpenApiParameter("member", str, description="the member's email"),
         OpenApiParameter("application", str, description="application slug"),
-        OpenApiParameter("state", str, enum=["active", "revoked", "expired"]),
+        OpenApiParameter("state", str, enum=list(KEY_STATES)),
     ]
 )
 class KeyViewSet(
@@ -213,15 +216,11 @@ class KeyViewSet(
             qs = qs.filter(member__user__email=params["member"].strip().lower())
         if params.get("application"):
             qs = qs.filter(application__slug=params["application"])
-        state, now = params.get("state"), timezone.now()
-        if state == "revoked":
-            qs = qs.filter(revoked_at__isnull=False)
-        elif state == "expired":
-            qs = qs.filter(revoked_at=None, expires_at__lte=now)
-        elif state == "active":
-            qs = qs.filter(revoked_at=None).exclude(expires_at__lte=now)
+        state = params.get("state")
+        if state in KEY_STATES:
+            qs = keys_in_state(qs, state)
         elif state:
-            raise ValidationError({"state": "Must be one of active, revoked, expired."})
+            raise ValidationError({"state": f"Must be one of {', '.join(KEY_STATES)}."})
         return qs.order_by("-created_at", "-id")
 
     @extend_schema(request=s.KeyCreate, responses={201: s.IssuedKeyOut})
@@ -230,7 +229,7 @@ class KeyViewSet(
         data = _valid(s.KeyCreate, request)
         if "member" in data:
             email = data["member"].strip().lower()
-            member = members_visible_to(viewer).filter(user__email=email).first()
+            member = member_by_email(members_visible_to(viewer), email)
             if member is None:
                 raise ValidationError({"member": f"No member {email!r}."})
         else:

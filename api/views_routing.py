@@ -15,17 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.selectors import (
-    applications_visible_to,
-    keys_visible_to,
-    members_visible_to,
-    teams_visible_to,
-)
 from api import serializers as s
 from api.base import NoOptions
 from api.permissions import actor_of, require_manager, require_staff, viewer_of
 from quotas.models import Limit, Scope
-from quotas.selectors import limit_rows, limits_visible_to
+from quotas.selectors import limit_rows, limit_target_find, limits_visible_to
 from quotas.services import LIMIT_FIELDS, limit_set
 from routing import services as routing_services
 from routing.config_export import config_export
@@ -48,24 +42,12 @@ def _limit_out(row: Any) -> dict[str, Any]:
 
 def _target(request: Request, scope: str, name: str) -> tuple[dict[str, Any], int]:
     """The limit's target in the caller's scope (404 otherwise) and its team id."""
-    viewer = viewer_of(request)
-    if scope == Scope.KEY:
-        key = keys_visible_to(viewer).filter(prefix=name).first()
-        found = key and ({"api_key": key}, key.application.team_id)
-    elif scope == Scope.APPLICATION:
-        app = applications_visible_to(viewer).filter(slug=name).first()
-        found = app and ({"application": app}, app.team_id)
-    elif scope == Scope.MEMBER:
-        member = members_visible_to(viewer).filter(user__email=name.strip().lower()).first()
-        found = member and ({"member": member}, member.team_id)
-    elif scope == Scope.TEAM:
-        team = teams_visible_to(viewer).filter(slug=name).first()
-        found = team and ({"team": team}, team.pk)
-    else:
+    if scope not in Scope.values:
         raise NotFound(f"No scope {scope!r}: one of key, application, member, team.")
-    if not found:
+    found = limit_target_find(scope, name, viewer=viewer_of(request))
+    if found is None:
         raise NotFound(f"No {scope} {name!r}.")
-    return found
+    return found.lookup, found.team_id
 
 
 _SCOPE_PARAMS = [

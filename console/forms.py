@@ -10,17 +10,23 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import QuerySet
 
 from accounts.models import (
-    MAX_CACHE_TTL_SECONDS,
     Application,
     Fallback,
     Member,
     PriorityClass,
     Team,
 )
+from accounts.services import MAX_KEY_DAYS
+from accounts.validators import APPLICATION_RANGES, NAME_MAX_LENGTH, SLUG_MAX_LENGTH
 from accounts.windows import normalize_windows
+from quotas.validators import COST_DECIMALS, LIMIT_MAX, MAX_COST
 from routing.models import Route
 
-MAX_KEY_DAYS = 3650
+
+def _bounds(name: str) -> dict[str, int]:
+    """An application setting's bounds, as the services check them."""
+    low, high = APPLICATION_RANGES[name]
+    return {"min_value": low, "max_value": high}
 
 
 class LoginForm(AuthenticationForm):
@@ -109,8 +115,8 @@ _ZONES = sorted(available_timezones())
 
 
 class TeamForm(forms.Form):
-    slug = forms.SlugField(max_length=50, help_text="Letters, digits, '-' or '_'.")
-    name = forms.CharField(max_length=200)
+    slug = forms.SlugField(max_length=SLUG_MAX_LENGTH, help_text="Letters, digits, '-' or '_'.")
+    name = forms.CharField(max_length=NAME_MAX_LENGTH)
     time_zone = forms.ChoiceField(
         choices=[(z, z) for z in _ZONES],
         initial="UTC",
@@ -124,8 +130,8 @@ class TeamForm(forms.Form):
 
 
 class ApplicationForm(forms.Form):
-    slug = forms.SlugField(max_length=50, help_text="Letters, digits, '-' or '_'.")
-    name = forms.CharField(max_length=200)
+    slug = forms.SlugField(max_length=SLUG_MAX_LENGTH, help_text="Letters, digits, '-' or '_'.")
+    name = forms.CharField(max_length=NAME_MAX_LENGTH)
     team = forms.ModelChoiceField(queryset=Team.objects.none())
     routes = forms.ModelMultipleChoiceField(
         queryset=Route.objects.order_by("name"),
@@ -136,15 +142,15 @@ class ApplicationForm(forms.Form):
     default_priority = forms.ChoiceField(choices=PriorityClass.choices)
     fallback = forms.ChoiceField(choices=Fallback.choices)
     default_max_tokens = forms.IntegerField(
-        min_value=1, max_value=10_000_000, initial=1024, label="Default max_tokens"
+        **_bounds("default_max_tokens"), initial=1024, label="Default max_tokens"
     )
     max_tokens_ceiling = forms.IntegerField(
-        min_value=1, max_value=10_000_000, required=False, label="max_tokens ceiling"
+        **_bounds("max_tokens_ceiling"), required=False, label="max_tokens ceiling"
     )
     clamp_max_tokens = forms.BooleanField(
         required=False, initial=True, label="Clamp max_tokens to the ceiling (else refuse)"
     )
-    max_n = forms.IntegerField(min_value=1, max_value=10_000_000, required=False, label="Max n")
+    max_n = forms.IntegerField(**_bounds("max_n"), required=False, label="Max n")
     batch_windows = forms.CharField(
         max_length=200,
         required=False,
@@ -161,8 +167,7 @@ class ApplicationForm(forms.Form):
             raise forms.ValidationError(str(exc)) from exc
 
     cache_ttl_seconds = forms.IntegerField(
-        min_value=0,
-        max_value=MAX_CACHE_TTL_SECONDS,
+        **_bounds("cache_ttl_seconds"),
         required=False,
         initial=0,
         label="Response cache (seconds)",
@@ -188,17 +193,25 @@ class ApplicationForm(forms.Form):
 class LimitForm(forms.Form):
     """Empty: no limit. The same fields and meaning as `manage.py set_limit`."""
 
-    requests_per_minute = forms.IntegerField(min_value=0, max_value=10**15, required=False)
-    tokens_per_minute = forms.IntegerField(min_value=0, max_value=10**15, required=False)
-    max_concurrency = forms.IntegerField(
-        min_value=0, max_value=10**15, required=False, label="Calls in flight"
+    requests_per_minute = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["requests_per_minute"], required=False
     )
-    tokens_per_day = forms.IntegerField(min_value=0, max_value=10**15, required=False)
-    tokens_per_month = forms.IntegerField(min_value=0, max_value=10**15, required=False)
+    tokens_per_minute = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["tokens_per_minute"], required=False
+    )
+    max_concurrency = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["max_concurrency"], required=False, label="Calls in flight"
+    )
+    tokens_per_day = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["tokens_per_day"], required=False
+    )
+    tokens_per_month = forms.IntegerField(
+        min_value=0, max_value=LIMIT_MAX["tokens_per_month"], required=False
+    )
     cost_per_month = forms.DecimalField(
         min_value=0,
-        max_value=10**10,
-        decimal_places=4,
+        max_value=MAX_COST,
+        decimal_places=COST_DECIMALS,
         max_digits=14,
         required=False,
         label="Spend per month (USD)",

@@ -12,7 +12,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from accounts.models import Member
-from accounts.selectors import applications_visible_to, keys_visible_to, members_visible_to
+from accounts.selectors import (
+    KEY_STATES,
+    applications_visible_to,
+    keys_in_state,
+    keys_visible_to,
+    members_visible_to,
+)
 from accounts.services import AccountError, key_create, key_revoke, key_rotate
 from console.access import actor_of, console_view, viewer_of
 from console.forms import KeyCreateForm, KeyRotateForm
@@ -29,7 +35,7 @@ KEY_COLUMNS = [
     Column("state", "State"),
     Column("actions", ""),
 ]
-STATES = ("active", "revoked", "expired", "all")
+STATES = (*KEY_STATES, "all")
 
 
 @console_view()
@@ -39,12 +45,8 @@ def key_list(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "active")
     state = state if state in STATES else "active"
     now = timezone.now()
-    if state == "active":
-        qs = qs.filter(revoked_at=None).filter(Q(expires_at=None) | Q(expires_at__gt=now))
-    elif state == "revoked":
-        qs = qs.exclude(revoked_at=None)
-    elif state == "expired":
-        qs = qs.filter(revoked_at=None, expires_at__lte=now)
+    if state != "all":
+        qs = keys_in_state(qs, state, now=now)
     q = request.GET.get("q", "").strip()
     if q:
         qs = qs.filter(

@@ -8,18 +8,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounts.selectors import (
-    Viewer,
-    applications_visible_to,
-    keys_visible_to,
-    members_visible_to,
-    teams_visible_to,
-)
+from accounts.selectors import Viewer
 from console.access import actor_of, console_view, viewer_of
 from console.forms import LimitForm, LimitTargetForm
 from console.tables import Column, table
 from quotas.models import Limit, Scope
-from quotas.selectors import limit_rows, limits_visible_to
+from quotas.selectors import LimitTarget, limit_rows, limit_target_find, limits_visible_to
 from quotas.services import LIMIT_FIELDS, LimitError, limit_set
 
 LIMIT_COLUMNS = [
@@ -60,17 +54,9 @@ def limit_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _target(viewer: Viewer, scope: str, name: str) -> object:
-    """The object a limit would apply to, if it is in the viewer's scope (else 404)."""
-    found = None
-    if scope == Scope.KEY:
-        found = keys_visible_to(viewer).filter(prefix=name).first()
-    elif scope == Scope.APPLICATION:
-        found = applications_visible_to(viewer).filter(slug=name).first()
-    elif scope == Scope.MEMBER:
-        found = members_visible_to(viewer).filter(user__email=name).first()
-    elif scope == Scope.TEAM:
-        found = teams_visible_to(viewer).filter(slug=name).first()
+def _target(viewer: Viewer, scope: str, name: str) -> LimitTarget:
+    """What a limit would apply to, if it is in the viewer's scope (else 404)."""
+    found = limit_target_find(scope, name, viewer=viewer)
     if found is None:
         raise Http404(f"No {scope} {name!r} in your scope.")
     return found
@@ -94,8 +80,7 @@ def limit_edit(request: HttpRequest) -> HttpResponse:
     target = _target(viewer, scope, name)
     if not _may_edit(viewer, scope, target):
         raise PermissionDenied("Your role may not change this limit.")
-    lookup = {"team": "team", "application": "application", "member": "member", "key": "api_key"}
-    existing = Limit.objects.filter(scope=scope, **{lookup[scope]: target}).first()
+    existing = Limit.objects.filter(scope=scope, **target.lookup).first()
     initial = {f: getattr(existing, f) for f in LIMIT_FIELDS} if existing else {}
     form = LimitForm(request.POST if request.method == "POST" else None, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -105,7 +90,7 @@ def limit_edit(request: HttpRequest) -> HttpResponse:
             messages.info(request, f"{scope} {name} has no limits; nothing to save.")
             return redirect("console:limits")
         try:
-            limit_set(scope=scope, name=name, actor=actor_of(request), **values)
+            limit_set(scope=scope, name=target.name, actor=actor_of(request), **values)
         except LimitError as exc:
             form.add_error(None, str(exc))
         else:
@@ -129,6 +114,6 @@ def limit_clear(request: HttpRequest) -> HttpResponse:
     target = _target(viewer, scope, name)
     if not _may_edit(viewer, scope, target):
         raise PermissionDenied("Your role may not change this limit.")
-    limit_set(scope=scope, name=name, clear=True, actor=actor_of(request))
+    limit_set(scope=scope, name=target.name, clear=True, actor=actor_of(request))
     messages.success(request, f"{scope} {name} has no limits now.")
     return redirect("console:limits")

@@ -20,8 +20,15 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django_ratelimit.core import get_usage
 
-from accounts.models import ApiKey, Member
-from accounts.selectors import Viewer
+from accounts.models import ApiKey, Application, Member, Team
+from accounts.selectors import (
+    Viewer,
+    applications_visible_to,
+    keys_visible_to,
+    member_by_email,
+    members_visible_to,
+    teams_visible_to,
+)
 from quotas.counters import quota_counters
 from quotas.limits import period_starts
 from quotas.models import Limit, Scope, UsageRollup
@@ -53,6 +60,51 @@ def limits_visible_to(viewer: Viewer) -> QuerySet[Limit]:
             | Q(application_id__in=apps)
         )
     return qs.none()
+
+
+@dataclass(frozen=True)
+class LimitTarget:
+    """What a limit applies to: the object, the Limit field naming it, its team and the
+    name `limit_set` takes (prefix, slug or the member's stored email)."""
+
+    scope: Scope
+    obj: Any
+    limit_field: str
+    team_id: int
+    name: str
+
+    @property
+    def lookup(self) -> dict[str, Any]:
+        return {self.limit_field: self.obj}
+
+
+def limit_target_find(scope: str, name: str, *, viewer: Viewer | None = None) -> LimitTarget | None:
+    """The key (by prefix), application or team (by slug) or member (by email, ignoring
+    case) a limit of `scope` named `name` applies to; only among what `viewer` sees when
+    given (the console and the API), among everything without one (services, config
+    import). None when there is none, or the scope is unknown."""
+    name = name.strip()
+    if scope == Scope.KEY:
+        keys = keys_visible_to(viewer) if viewer else ApiKey.objects.select_related("member__user")
+        key = keys.select_related("application").filter(prefix=name).first()
+        if key is not None:
+            return LimitTarget(Scope.KEY, key, "api_key", key.application.team_id, key.prefix)
+    elif scope == Scope.APPLICATION:
+        apps = applications_visible_to(viewer) if viewer else Application.objects.all()
+        app = apps.filter(slug=name).first()
+        if app is not None:
+            return LimitTarget(Scope.APPLICATION, app, "application", app.team_id, app.slug)
+    elif scope == Scope.MEMBER:
+        members = members_visible_to(viewer) if viewer else Member.objects.select_related("user")
+        member = member_by_email(members, name)
+        if member is not None:
+            return LimitTarget(Scope.MEMBER, member, "member", member.team_id, member.user.email)
+    elif scope == Scope.TEAM:
+        teams = teams_visible_to(viewer) if viewer else Team.objects.all()
+        team = teams.filter(slug=name).first()
+        if team is not None:
+            return LimitTarget(Scope.TEAM, team, "team", team.pk, team.slug)
+    return None
 
 
 def limit_target_name(limit: Limit) -> str:

@@ -1,24 +1,17 @@
 """Writes for quotas: the limits of a key, application, member or team."""
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from accounts import policy
-from accounts.models import ApiKey, Application, Member, Team
+from accounts.models import ApiKey, Member, Team
 from accounts.services import SYSTEM, Actor, admin_action_record
+from accounts.validators import Invalid
 from quotas.models import Limit, Scope
-
-LIMIT_FIELDS = (
-    "requests_per_minute",
-    "tokens_per_minute",
-    "max_concurrency",
-    "tokens_per_day",
-    "tokens_per_month",
-    "cost_per_month",
-)
+from quotas.selectors import limit_target_find
+from quotas.validators import LIMIT_FIELDS, limit_value_check
 
 
 class LimitError(Exception):
@@ -26,19 +19,11 @@ class LimitError(Exception):
 
 
 def limit_target(scope: Scope, name: str) -> dict[str, Any]:
-    found: Any
-    if scope is Scope.KEY:
-        found, field = ApiKey.objects.filter(prefix=name).first(), "api_key"
-    elif scope is Scope.APPLICATION:
-        found, field = Application.objects.filter(slug=name).first(), "application"
-    elif scope is Scope.MEMBER:
-        user = get_user_model().objects.filter(email=name).first()
-        found, field = Member.objects.filter(user=user).first() if user else None, "member"
-    else:
-        found, field = Team.objects.filter(slug=name).first(), "team"
+    """The Limit lookup for the target named `name` (see `limit_target_find`)."""
+    found = limit_target_find(scope.value, name)
     if found is None:
         raise LimitError(f"no {scope.label.lower()} {name!r}")
-    return {field: found}
+    return found.lookup
 
 
 def _limit_snapshot(limit: Limit | None) -> dict[str, Any] | None:
@@ -58,9 +43,6 @@ def _team_of(target: dict[str, Any]) -> int | None:
     if isinstance(found, ApiKey):
         return found.application.team_id
     return found.team_id
-
-
-MAX_LIMIT = 10**15
 
 
 @transaction.atomic
@@ -87,19 +69,10 @@ def limit_set(
     if unknown:
         raise LimitError(f"unknown limit(s): {', '.join(sorted(unknown))}")
     for field_name, value in values.items():
-        if value is None:
-            continue
-        if field_name == "cost_per_month":
-            try:
-                value = Decimal(str(value))
-            except InvalidOperation:
-                raise LimitError(f"{field_name} must be a number") from None
-            if value != value.quantize(Decimal("0.0001")):
-                raise LimitError(f"{field_name} takes at most 4 decimals")
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise LimitError(f"{field_name} must be a whole number")
-        if not 0 <= value <= MAX_LIMIT:
-            raise LimitError(f"{field_name} must be between 0 and 10^15")
+        try:
+            values[field_name] = limit_value_check(field_name, value)
+        except Invalid as exc:
+            raise LimitError(exc.message(field_name)) from None
     existing = Limit.objects.filter(scope=kind, **target).first()
     before = _limit_snapshot(existing)
     if clear:
@@ -110,7 +83,6 @@ def limit_set(
     limit = existing or Limit(scope=kind, **target)
     for field_name, value in values.items():
         if value is not None:
-            value = Decimal(str(value)) if field_name == "cost_per_month" else value
             setattr(limit, field_name, value or None)  # 0 removes that one limit
     limit.save()
     after = _limit_snapshot(limit)

@@ -10,18 +10,19 @@ mention are left as they are. Upstream secrets are referenced by environment var
 import re
 import tomllib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import models, transaction
 
+from accounts import validators
 from accounts.models import (
-    MAX_CACHE_TTL_SECONDS,
     ApiKey,
     Application,
     Fallback,
@@ -30,10 +31,10 @@ from accounts.models import (
     Team,
 )
 from accounts.services import member_ensure
-from accounts.windows import normalize_windows
 from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 from quotas.models import Limit, Scope
-from quotas.services import LIMIT_FIELDS, limit_target
+from quotas.services import limit_target
+from quotas.validators import LIMIT_FIELDS, limit_value_check
 from routing.models import Deployment, Route, RouteDeployment, Upstream
 
 
@@ -149,7 +150,6 @@ _KEY_FIELD = {
 }
 
 
-_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 _SLUG_KEYED = {"upstreams", "deployments", "teams", "applications"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Never an upstream key, whatever SLUICE_UPSTREAM_KEY_ENV says: Sluice's own secrets.
@@ -172,7 +172,6 @@ def api_key_env_allowed(name: str) -> bool:
 
 
 _PRICE_STEP = Decimal("0.000001")  # the database keeps 6 decimals
-_COST_STEP = Decimal("0.0001")
 
 
 def load_config(path: str | Path) -> dict[str, list[dict[str, Any]]]:
@@ -203,6 +202,7 @@ def validate_config(raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             key = clean[_KEY_FIELD[section]]
             if section == "limits":
                 key = f"{clean['scope']} {key}"  # one name may have limits in two scopes
+                key = key.lower() if clean["scope"] == "member" else key
             if key in seen:
                 raise ConfigError(f"{section}[{i}] ({key}): defined twice")
             seen.add(key)
@@ -243,9 +243,16 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
     def fail(message: str) -> None:
         raise ConfigError(f"{where}: {message}")
 
+    def check(name: str, rule: Callable[[Any], Any]) -> Any:
+        """A rule shared with the services (accounts/validators.py, quotas/validators.py)."""
+        try:
+            return rule(e[name])
+        except validators.Invalid as exc:
+            fail(exc.message(f"'{name}'"))
+
     key = e[_KEY_FIELD[section]]
-    if section in _SLUG_KEYED and not _SLUG.fullmatch(key):
-        fail(f"'{_KEY_FIELD[section]}' must be 1-50 letters, digits, '-' or '_'")
+    if section in _SLUG_KEYED:
+        check(_KEY_FIELD[section], validators.slug_check)
     if len(key) > 150:
         fail(f"'{_KEY_FIELD[section]}' must be at most 150 characters")
     if section == "upstreams":
@@ -299,41 +306,29 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
                 fail("'retry_after_cap' must be between 0 and 600 seconds")
             if e["translation"] not in Route.Translation.values:
                 fail(f"'translation' must be one of {', '.join(Route.Translation.values)}")
-        if section == "applications" and e["default_priority"] not in PriorityClass.values:
-            fail(f"'default_priority' must be one of {', '.join(PriorityClass.values)}")
-        if section == "applications" and e["fallback"] not in Fallback.values:
-            fail(f"'fallback' must be one of {', '.join(Fallback.values)}")
         if section == "applications":
-            for name in ("default_max_tokens", "max_tokens_ceiling", "max_n"):
-                if e[name] is not None and not 1 <= e[name] <= 10_000_000:
-                    fail(f"'{name}' must be between 1 and 10000000")
-            if not 0 <= e["cache_ttl_seconds"] <= MAX_CACHE_TTL_SECONDS:
-                fail(f"'cache_ttl_seconds' must be between 0 and {MAX_CACHE_TTL_SECONDS}")
+            for name in (
+                "default_priority",
+                "fallback",
+                "default_max_tokens",
+                "max_tokens_ceiling",
+                "max_n",
+                "cache_ttl_seconds",
+            ):
+                check(name, partial(validators.application_value_check, name))
     if section in ("teams", "applications"):
-        try:
-            e["batch_windows"] = normalize_windows(e["batch_windows"])
-        except (ValueError, AttributeError) as exc:
-            fail(str(exc) if isinstance(exc, ValueError) else "'batch_windows' must hold strings")
+        e["batch_windows"] = check("batch_windows", validators.batch_windows_check)
+        if e["name"] is not None:
+            check("name", validators.name_check)
     if section == "teams":
-        try:
-            ZoneInfo(e["time_zone"])
-        except (ZoneInfoNotFoundError, ValueError):
-            fail(f"unknown time zone {e['time_zone']!r}")
+        check("time_zone", validators.time_zone_check)
     elif section == "limits":
-        if e["scope"] not in Scope.values:
-            fail(f"'scope' must be one of {', '.join(Scope.values)}")
+        check("scope", partial(validators.choice_check, choices=list(Scope.values)))
         for name in LIMIT_FIELDS:
-            value = e[name]
-            if value is not None and not 0 <= value <= 10**15:
-                fail(f"'{name}' must be a number between 0 and 10^15")
-        cost = e["cost_per_month"]
-        if cost is not None and Decimal(str(cost)) != Decimal(str(cost)).quantize(_COST_STEP):
-            fail("'cost_per_month' takes at most 4 decimals")
+            check(name, partial(limit_value_check, name))
     elif section == "members":
-        if "@" not in e["email"]:
-            fail("'email' must be an email address")
-        if e["role"] not in Member.Role.values:
-            fail(f"'role' must be one of {', '.join(Member.Role.values)}")
+        check("email", validators.email_check)
+        check("role", validators.role_check)
 
 
 def _check_references(config: dict[str, list[dict[str, Any]]]) -> None:
@@ -362,11 +357,13 @@ def _check_references(config: dict[str, list[dict[str, Any]]]) -> None:
     limit_targets = {
         "team": teams,
         "application": apps,
-        "member": members,
+        # A member is found by email ignoring case, as everywhere (quotas.selectors).
+        "member": {email.lower() for email in members},
         "key": set(ApiKey.objects.values_list("prefix", flat=True)),
     }
     for i, e in enumerate(config["limits"]):
-        if e["name"] not in limit_targets[e["scope"]]:
+        name = e["name"].lower() if e["scope"] == "member" else e["name"]
+        if name not in limit_targets[e["scope"]]:
             raise ConfigError(f"limits[{i}] ({e['name']}): unknown {e['scope']} {e['name']!r}")
     for section, field_name, names, kind in checks:
         for i, e in enumerate(config[section]):

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import policy
-from accounts.services import SYSTEM, Actor, admin_action_record, snapshot_of
+from accounts.services import SYSTEM, Actor, admin_action_record, recorded_change, snapshot_of
 from routing.models import Deployment
 
 MAX_DRAIN = timedelta(days=7)
@@ -23,6 +23,10 @@ def deployment_mark_misconfigured(*, name: str, message: str) -> None:
     Deployment.objects.filter(name=name).update(
         config_error=message[:300], config_error_at=timezone.now()
     )
+
+
+def _drain_snapshot(deployment: Deployment) -> dict[str, Any]:
+    return snapshot_of(deployment, _DRAIN_FIELDS)
 
 
 def _deployment(name: str) -> Deployment:
@@ -43,21 +47,18 @@ def deployment_drain(
         raise RoutingError("a drain lasts more than 0 minutes and at most one week")
     if len(reason) > 300:
         raise RoutingError("the reason must be at most 300 characters")
-    with transaction.atomic():
-        before = snapshot_of(deployment, _DRAIN_FIELDS)
+    with recorded_change(
+        actor=actor,
+        action="deployment.drain" if minutes is not None else "deployment.undrain",
+        obj=deployment,
+        snapshot=_drain_snapshot,
+    ):
         if minutes is None:
             deployment.drained_until, deployment.drain_reason = None, ""
         else:
             deployment.drained_until = timezone.now() + timedelta(minutes=minutes)
             deployment.drain_reason = reason
         deployment.save(update_fields=["drained_until", "drain_reason"])
-        admin_action_record(
-            actor=actor,
-            action="deployment.drain" if minutes is not None else "deployment.undrain",
-            obj=deployment,
-            before=before,
-            after=snapshot_of(deployment, _DRAIN_FIELDS),
-        )
     return deployment
 
 
@@ -67,17 +68,14 @@ def deployment_set_enabled(*, name: str, enabled: bool, actor: Actor = SYSTEM) -
     deployment = _deployment(name)
     if deployment.enabled == enabled:
         return deployment
-    with transaction.atomic():
-        before = snapshot_of(deployment, _DRAIN_FIELDS)
+    with recorded_change(
+        actor=actor,
+        action="deployment.enable" if enabled else "deployment.disable",
+        obj=deployment,
+        snapshot=_drain_snapshot,
+    ):
         deployment.enabled = enabled
         deployment.save(update_fields=["enabled"])
-        admin_action_record(
-            actor=actor,
-            action="deployment.enable" if enabled else "deployment.disable",
-            obj=deployment,
-            before=before,
-            after=snapshot_of(deployment, _DRAIN_FIELDS),
-        )
     return deployment
 
 
