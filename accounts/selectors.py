@@ -3,7 +3,7 @@
 Admin (staff) sees everything; a team admin (Member.role == admin) their own team; a member
 only their own keys, usage, limits and calls. Object lookups go through the `*_visible_to`
 querysets, so an object out of scope is simply not found (404), never a 403 that reveals it.
-Calls in scope: `routing.selectors.calls_visible_to` (routing sits above accounts).
+Calls in scope: `routing.catalog.selectors.calls_visible_to` (routing sits above accounts).
 """
 
 from dataclasses import dataclass, replace

@@ -15,7 +15,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from accounts.services import AccountError
 from quotas.services import LimitError
-from routing.config_file import ConfigError
+from routing.catalog.config_file import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -394,7 +394,7 @@ class UsageReportOut(serializers.Serializer):
 
 
 class CallQuery(StrictSerializer):
-    """The call explorer's filters (routing/call_explorer.py), and paging."""
+    """The call explorer's filters (reports/call_explorer.py), and paging."""
 
     since = serializers.DateTimeField(required=False, help_text="ISO 8601, inclusive")
     until = serializers.DateTimeField(required=False, help_text="ISO 8601, exclusive")

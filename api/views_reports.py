@@ -1,4 +1,4 @@
-"""Usage reports (quotas/usage_report.py; JSON or CSV by content negotiation), calls
+"""Usage reports (reports/usage.py; JSON or CSV by content negotiation), calls
 (cursor-paginated, newest first; one call with its attempts) in the caller's scope."""
 
 import csv
@@ -24,8 +24,7 @@ from api import serializers as s
 from api.base import NoOptions
 from api.permissions import viewer_of
 from core.csv_cells import neutralise
-from quotas.usage_report import COLUMNS, ReportError, period_for, team_zone, usage_report
-from routing.call_explorer import (
+from reports.call_explorer import (
     CallFilter,
     ExplorerError,
     agents_calling,
@@ -33,6 +32,7 @@ from routing.call_explorer import (
     call_page,
     call_timeline,
 )
+from reports.usage import COLUMNS, ReportError, period_for, team_zone, usage_report
 
 
 class CSVRenderer(BaseRenderer):
@@ -160,7 +160,7 @@ def _call_filter(q: dict[str, Any], ids: dict[str, Any]) -> CallFilter:
 
 
 class CallList(NoOptions, APIView):
-    """Calls in the caller's scope through the call explorer (routing/call_explorer.py):
+    """Calls in the caller's scope through the call explorer (reports/call_explorer.py):
     its filters, newest first, a keyset cursor (`next`)."""
 
     @extend_schema(

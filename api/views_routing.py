@@ -21,10 +21,10 @@ from api.permissions import actor_of, require_manager, require_staff, viewer_of
 from quotas.models import Limit, Scope
 from quotas.selectors import limit_rows, limit_target_find, limits_visible_to
 from quotas.services import LIMIT_FIELDS, limit_set
-from routing import services as routing_services
-from routing.config_export import config_export
+from routing.catalog import services as routing_services
+from routing.catalog.config_export import config_export
+from routing.catalog.selectors import deployment_board, deployments_with_routes, routes_with_chains
 from routing.models import Route
-from routing.selectors import deployment_board, deployments_with_routes, routes_with_chains
 
 # --- limits -------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ with the upload limit of batch files instead of a proxied request's."""
 
 from django.conf import settings
 
-from routing.proxy_handler import ProxyHandler
+from routing.request_path.proxy_handler import ProxyHandler
 
 
 class BatchApiHandler(ProxyHandler):

@@ -8,17 +8,17 @@ Each tick (a fifth of a second, sooner when a line ends) it looks at every activ
     in_progress        outside the batch's window: start nothing (lines in flight finish);
                        inside: claim as many lines as the route has spare slots
                        (batches/pacing.py) and run each as a call of class batch through
-                       routing.proxy.serve (quotas, fallback policy, slot queues, audit);
-                       every line done: write the files, completed
+                       routing.request_path.proxy.serve (quotas, fallback policy, slot queues,
+                       audit); every line done: write the files, completed
 
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
 Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
 call is preemptible: when an interactive call waits for a deployment the line's call holds
-a slot at, the deployment state asks the youngest such slots back (routing/slot_policy.py,
-rule 5); the call cancels its upstream request, frees the slot at once and ends as
-`preempted`, and the line goes back to pending, to be claimed again like any other (first,
-as the lowest number). Its answer was never written, so it is in the output once. Claimed
-lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
+a slot at, the deployment state asks the youngest such slots back
+(routing/deployment_state/slot_policy.py, rule 5); the call cancels its upstream request, frees the
+slot at once and ends as `preempted`, and the line goes back to pending, to be claimed again like
+any other (first, as the lowest number). Its answer was never written, so it is in the output once.
+Claimed lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
 taken again once its leases run out. Such a line may have reached an upstream already, so
 it can reach one twice; its answer is written once (services.line_finish is fenced by the
 claim), and a line is never lost.
@@ -47,10 +47,10 @@ from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
 from core.outcomes import Outcome
-from routing.audit import CallLog, new_request_id
-from routing.catalog import catalog
-from routing.payloads import load_body
-from routing.proxy import Inbound, serve
+from routing.catalog.specs import catalog
+from routing.observability.audit import CallLog, new_request_id
+from routing.request_path.payloads import load_body
+from routing.request_path.proxy import Inbound, serve
 
 log = logging.getLogger("sluice.batches")
 Status = Batch.Status

@@ -2,11 +2,11 @@
 
 Every line must be a JSON object `{"custom_id", "method": "POST", "url", "body"}` with a
 unique `custom_id`, the batch's endpoint as `url`, and a body the live endpoint would
-accept (routing/payloads.py), not streamed, for a model the application may use. Errors
+accept (routing/request_path/payloads.py), not streamed, for a model the application may use. Errors
 name their line (1-based), as OpenAI's `errors.data` does.
 
-A line is read by the live endpoint's own reader (routing/payloads.py: too deep a nesting,
-a number out of range, NaN are a 400 there and a line error here). Whatever a line does, it
+A line is read by the live endpoint's own reader (routing/request_path/payloads.py: too deep a
+nesting, a number out of range, NaN are a 400 there and a line error here). Whatever a line does, it
 fails its own batch and nothing else: a line the checks themselves trip on is reported as
 `unreadable_line` with its number, and logged once per file.
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from core.errors import GatewayError
-from routing.payloads import Endpoint, load_body, parse_body
+from routing.request_path.payloads import Endpoint, load_body, parse_body
 
 log = logging.getLogger("sluice.batches")
 

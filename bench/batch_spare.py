@@ -160,7 +160,7 @@ class Sampler:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         from routing.deployment_state import Limits
         from routing.deployment_state.redis import RedisDeploymentState
-        from routing.slot_policy import batch_cap
+        from routing.deployment_state.slot_policy import batch_cap
 
         self.state = RedisDeploymentState(redis_url, prefix)
         self.limits = Limits(max_concurrency=capacity, reserve=reserve)

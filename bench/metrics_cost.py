@@ -37,8 +37,8 @@ def record_cost(n: int = 200_000) -> float:
     import django
 
     django.setup()
-    from routing.audit import AttemptLog, CallLog
-    from routing.metrics import metrics_record
+    from routing.observability.audit import AttemptLog, CallLog
+    from routing.observability.metrics import metrics_record
 
     call = CallLog(request_id="r", endpoint="chat/completions", client_ip=None)
     call.route, call.served_deployment, call.priority = "smart", "small", "batch"

@@ -1,12 +1,12 @@
 """ASGI entry point: `config.asgi:application`.
 
-Cheap paths are answered before Django: `/healthz`, `/metrics` (Prometheus, routing/metrics.py)
-and the proxy's `/v1/…` through a lean handler without the middleware stack
-(routing/proxy_handler.py); the Batch API's `/v1/files` and `/v1/batches` through the same
-handler with a larger upload limit. Everything else (admin, console, management API) goes
-through Django's full handler, its body bounded in size and time (config/bounded_handler.py).
-Lifespan startup starts the capacity alert loop (and, with Redis, the metrics push); shutdown
-writes the audit rows still in memory.
+Cheap paths are answered before Django: `/healthz`, `/metrics` (Prometheus,
+routing/observability/metrics.py) and the proxy's `/v1/…` through a lean handler without the
+middleware stack (routing/request_path/proxy_handler.py); the Batch API's `/v1/files` and
+`/v1/batches` through the same handler with a larger upload limit. Everything else (admin, console,
+management API) goes through Django's full handler, its body bounded in size and time
+(config/bounded_handler.py). Lifespan startup starts the capacity alert loop (and, with Redis, the
+metrics push); shutdown writes the audit rows still in memory.
 """
 
 import asyncio
@@ -25,16 +25,16 @@ from prometheus_client import CONTENT_TYPE_LATEST  # noqa: E402
 from batches.handler import PATHS as BATCH_PATHS  # noqa: E402
 from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
-from routing.audit import audit_writer  # noqa: E402
-from routing.capacity_alert import capacity_alert_loop  # noqa: E402
-from routing.metrics import (  # noqa: E402
+from routing.observability.audit import audit_writer  # noqa: E402
+from routing.observability.capacity_alert import capacity_alert_loop  # noqa: E402
+from routing.observability.metrics import (  # noqa: E402
     metrics_allowed,
     metrics_push_loop,
     metrics_text,
     push_to_redis,
 )
-from routing.proxy_handler import ProxyHandler  # noqa: E402
-from routing.upstream import close_sessions  # noqa: E402
+from routing.request_path.proxy_handler import ProxyHandler  # noqa: E402
+from routing.request_path.upstream import close_sessions  # noqa: E402
 
 _METRICS_REFUSED = {
     401: b'{"error": "a valid bearer token (SLUICE_METRICS_TOKEN) is required"}',

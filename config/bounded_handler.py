@@ -12,7 +12,8 @@ middleware runs, and `DATA_UPLOAD_MAX_MEMORY_SIZE` only bites later, when a form
   trickled slower is answered 408 and the connection closed.
 
 The Batch API's uploads (/v1/files) never come here: they have their own, larger limit
-(batches/handler.py), as every other /v1/ path has the proxy's (routing/proxy_handler.py).
+(batches/handler.py), as every other /v1/ path has the proxy's
+(routing/request_path/proxy_handler.py).
 """
 
 import asyncio

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "quotas",
     "routing",
     "batches",
+    "reports",
     "console",
     "api",
 ]
@@ -201,8 +202,8 @@ SLUICE_PRIORITY_ADMISSION = _env_bool("SLUICE_PRIORITY_ADMISSION", True)
 SLUICE_QUOTA_INTERACTIVE_RESERVE = float(os.environ.get("SLUICE_QUOTA_INTERACTIVE_RESERVE", 0.2))
 if not 0 <= SLUICE_QUOTA_INTERACTIVE_RESERVE < 1:
     raise ValueError("SLUICE_QUOTA_INTERACTIVE_RESERVE must be at least 0 and below 1")
-# The response cache (routing/response_cache.py, opt-in per application): the bytes it may
-# hold in all (least recently used out first) and the largest answer it stores.
+# The response cache (routing/request_path/response_cache.py, opt-in per application): the bytes it
+# may hold in all (least recently used out first) and the largest answer it stores.
 SLUICE_CACHE_MAX_BYTES = int(os.environ.get("SLUICE_CACHE_MAX_BYTES", 64 * 1024 * 1024))
 SLUICE_CACHE_MAX_ENTRY_BYTES = int(os.environ.get("SLUICE_CACHE_MAX_ENTRY_BYTES", 1024 * 1024))
 # How often the console's capacity board refreshes itself (seconds).

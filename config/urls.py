@@ -3,7 +3,7 @@ from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 
 from accounts.login_guard import login_throttled
-from routing import views, views_messages
+from routing.request_path import views, views_messages
 
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions),

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from console.access import viewer_of
-from routing.selectors import capacity_alerts
+from routing.catalog.selectors import capacity_alerts
 
 ROLE_LABELS = {"admin": "Admin", "team_admin": "Team admin", "member": "Member"}
 

@@ -4,7 +4,7 @@ by the usage report and the overview: one SVG and its table alternative per char
 from typing import Any
 
 from console.charts import line_chart
-from quotas.usage_report import Series
+from reports.usage import Series
 
 
 def series_charts(

@@ -14,8 +14,8 @@ from console.access import console_view, viewer_of
 from console.series_charts import series_charts
 from console.tables import Column, table
 from quotas.selectors import limit_rows, limits_of_member, member_usage
-from quotas.usage_report import Period, usage_series
-from routing.selectors import deployment_board, recent_calls, usage_totals
+from reports.usage import Period, usage_series
+from routing.catalog.selectors import deployment_board, recent_calls, usage_totals
 
 
 @console_view()

@@ -1,6 +1,6 @@
 """The call explorer: filter calls, look one up by X-Sluice-Request-Id, open a call with the
 timeline of its attempts, download any filter as CSV (streamed). Reads go through
-routing/call_explorer.py in the viewer's scope; a call out of scope is 404."""
+reports/call_explorer.py in the viewer's scope; a call out of scope is 404."""
 
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,8 +20,7 @@ from accounts.selectors import (
 )
 from console.access import console_view, viewer_of
 from console.csv_export import csv_stream
-from quotas.usage_report import team_zone
-from routing.call_explorer import (
+from reports.call_explorer import (
     CSV_COLUMNS,
     CallFilter,
     ExplorerError,
@@ -31,6 +30,7 @@ from routing.call_explorer import (
     call_rows,
     call_timeline,
 )
+from reports.usage import team_zone
 from routing.models import Outcome, Upstream
 
 FILTER_PARAMS = (

@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from console.access import actor_of, console_view
 from console.forms import ConfigUploadForm
-from routing.config_export import config_export
-from routing.config_file import ConfigError
-from routing.services import config_apply
+from routing.catalog.config_export import config_export
+from routing.catalog.config_file import ConfigError
+from routing.catalog.services import config_apply
 
 
 @console_view(staff=True)

@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 from console.access import actor_of, console_view, redirect_back, viewer_of
 from console.forms import DrainForm
 from console.tables import Column, table
+from routing.catalog.selectors import deployments_with_routes, routes_with_chains
+from routing.catalog.services import RoutingError, deployment_drain, deployment_set_enabled
 from routing.models import Deployment
-from routing.selectors import deployments_with_routes, routes_with_chains
-from routing.services import RoutingError, deployment_drain, deployment_set_enabled
 
 DEPLOYMENT_COLUMNS = [
     Column("name", "Deployment", "name"),

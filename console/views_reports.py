@@ -1,6 +1,6 @@
 """Reports: usage (with CSV and time-series charts), requested vs served, capacity weather.
-Every number comes from the rollups in the viewer's scope (quotas/usage_report.py,
-routing/capacity_weather.py); these views only read the query string and render."""
+Every number comes from the rollups in the viewer's scope (reports/usage.py,
+reports/capacity_weather.py); these views only read the query string and render."""
 
 from dataclasses import dataclass
 from datetime import date
@@ -18,20 +18,19 @@ from console.charts import heat_colour
 from console.csv_export import csv_response
 from console.series_charts import series_charts
 from console.views_batches import window_applications
-from quotas.usage_report import (
+from reports.capacity_weather import DAYS, capacity_weather
+from reports.requested_vs_served import downgrades_by_application, requested_vs_served
+from reports.usage import (
     COLUMNS,
     GROUPS,
     PERIODS,
     Period,
     ReportError,
-    downgrades_by_application,
     period_for,
-    requested_vs_served,
     team_zone,
     usage_report,
     usage_series,
 )
-from routing.capacity_weather import DAYS, capacity_weather
 
 
 @dataclass

@@ -171,7 +171,7 @@ class UsageRollup(RollupCounts):
 
 class DailyUsageRollup(RollupCounts):
     """The hourly rollup added up per UTC day: the same rows 24 times fewer, for reports
-    over weeks, months and years (quotas/usage_report.py reads whole UTC days here and the
+    over weeks, months and years (reports/usage.py reads whole UTC days here and the
     ragged edges of a period from the hourly rows). Written by the audit writer in the same
     transaction as the hourly row, so a day is always the sum of its hours."""
 

@@ -31,7 +31,7 @@ from accounts.selectors import (
 )
 from quotas.counters import quota_counters
 from quotas.limits import period_starts
-from quotas.models import Limit, Scope, UsageRollup
+from quotas.models import Limit, RollupCounts, Scope, UsageRollup
 
 
 def limits_visible_to(viewer: Viewer) -> QuerySet[Limit]:
@@ -290,3 +290,16 @@ def member_usage(*, member: Member, days: int = 30) -> list[DayUsage]:
             t[2] += row["cost"] or Decimal(0)
             t[3] += row["errors"] or 0
     return [DayUsage(day, *values) for day, values in totals.items()]
+
+
+def rollups_visible_to(viewer: Viewer, model: type[RollupCounts] = UsageRollup) -> QuerySet[Any]:
+    """Staff: every row; a team admin: their team's; a member: their own (hourly rows, or
+    those of `model`)."""
+    rows: QuerySet[Any] = model._default_manager.all()
+    if viewer.is_staff:
+        return rows
+    if viewer.team_admin_of is not None:
+        return rows.filter(team_id=viewer.team_admin_of)
+    if viewer.member_id is not None:
+        return rows.filter(member_id=viewer.member_id)
+    return rows.none()

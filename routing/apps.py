@@ -6,6 +6,6 @@ class RoutingConfig(AppConfig):
     verbose_name = "Routing and audit"
 
     def ready(self) -> None:
-        from routing.invalidation import connect
+        from routing.catalog.invalidation import connect
 
         connect()

@@ -80,7 +80,7 @@ def e2e_database(
     faulty_simulator: SimulatorHandle,
 ) -> str:
     """The test database with the end-to-end config applied; its URL for subprocesses."""
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     with django_db_blocker.unblock():
         apply_config(validate_config(e2e_config(simulator, slow_simulator, faulty_simulator)))

@@ -26,14 +26,15 @@ The rules (docs/admission.md tells them for users):
   in flight; `close_after` successes close it, one failure re-opens it. A misconfigured
   deployment (auth/config error) opens at once. A threshold of 0 switches it off.
 - deadlines: a slot goes only to a call whose deadline covers the deployment's latency
-  (rules.need, learnt from `took` at each success); see routing/slot_policy.py rule 6.
+  (rules.need, learnt from `took` at each success); see routing/deployment_state/slot_policy.py rule
+  6.
 - leases: a request holds a slot for `lease` seconds, renewed while it runs, so slots held
   by a worker that died come free on their own.
 - retry budget: retries may be at most `ratio` times the first attempts over the last minute
   (plus a small floor so a quiet deployment can still retry at all).
 - queue: a request that finds no slot may wait for one; who gets a slot that frees up is
-  routing/slot_policy.py's rule (interactive first, a reserve kept from batch, members
-  served fairly). A grant takes the slot on the waiter's behalf before it wakes.
+  routing/deployment_state/slot_policy.py's rule (interactive first, a reserve kept from batch,
+  members served fairly). A grant takes the slot on the waiter's behalf before it wakes.
 """
 
 from routing.deployment_state.factory import (

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from routing.slot_policy import ANYONE, Claim
+from routing.deployment_state.slot_policy import ANYONE, Claim
 
 
 class Result(StrEnum):

@@ -30,7 +30,7 @@ from routing.deployment_state.rules import (
     recent,
     retry_allowed,
 )
-from routing.slot_policy import (
+from routing.deployment_state.slot_policy import (
     ANYONE,
     BATCH,
     DEFAULT_HOLD,

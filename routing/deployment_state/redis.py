@@ -38,7 +38,7 @@ from routing.deployment_state.interface import (
 )
 from routing.deployment_state.local import LocalDeploymentState
 from routing.deployment_state.rules import LUA_CONSTANTS, WAITER_SILENCE
-from routing.slot_policy import ANYONE, Claim, queue_retry_after
+from routing.deployment_state.slot_policy import ANYONE, Claim, queue_retry_after
 
 log = logging.getLogger("sluice.state")
 

@@ -6,7 +6,7 @@ the Lua spells no number of its own)."""
 
 import math
 
-from routing.slot_policy import DEFAULT_HOLD, MIN_HOLD, RESERVE_EPSILON
+from routing.deployment_state.slot_policy import DEFAULT_HOLD, MIN_HOLD, RESERVE_EPSILON
 
 FLOOR = 1.0  # the adaptive limit never goes below this
 CUT = 0.7  # a capacity error's multiplicative cut

@@ -8,7 +8,7 @@ from accounts.policy import NotAllowed
 from accounts.selectors import viewer_for
 from accounts.services import Actor, member_ensure, member_set_active, team_create
 from quotas.services import limit_set
-from routing.services import config_apply
+from routing.catalog.services import config_apply
 
 CONFIG = "[[teams]]\nslug = 'from-file'\nname = 'From a file'\n"
 

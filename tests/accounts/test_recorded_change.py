@@ -27,8 +27,8 @@ from accounts.services import (
     team_create,
     team_update,
 )
+from routing.catalog.services import deployment_drain, deployment_set_enabled
 from routing.models import Deployment, Upstream
-from routing.services import deployment_drain, deployment_set_enabled
 
 pytestmark = pytest.mark.django_db
 CREATES = {

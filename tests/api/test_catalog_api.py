@@ -338,7 +338,7 @@ def test_usage_csv_neutralises_formula_cells_like_the_consoles() -> None:
     import io
 
     from api.views_reports import CSVRenderer
-    from quotas.usage_report import COLUMNS
+    from reports.usage import COLUMNS
 
     row = {"label": '=HYPERLINK("http://evil")@x.test'} | {attr: 1 for attr, _ in COLUMNS}
     totals = {"label": "Total"} | {attr: 1 for attr, _ in COLUMNS}

@@ -27,7 +27,7 @@ from accounts.services import (
 )
 from quotas.models import Limit
 from quotas.services import LimitError, limit_set
-from routing.config_file import ConfigError, apply_config, validate_config
+from routing.catalog.config_file import ConfigError, apply_config, validate_config
 from tests.console.people import People, make_people
 
 pytestmark = pytest.mark.django_db

@@ -1,11 +1,11 @@
-"""Batch windows set in the config file (routing/config_file.py) and the admin's model
+"""Batch windows set in the config file (routing/catalog/config_file.py) and the admin's model
 validation."""
 
 import pytest
 from django.core.exceptions import ValidationError
 
 from accounts.models import Application, Team
-from routing.config_file import ConfigError, apply_config, validate_config
+from routing.catalog.config_file import ConfigError, apply_config, validate_config
 
 pytestmark = pytest.mark.django_db
 

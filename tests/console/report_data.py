@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from accounts.models import ApiKey
-from routing.audit import AttemptLog, CallLog, _write
 from routing.models import Outcome
+from routing.observability.audit import AttemptLog, CallLog, _write
 
 _ids = itertools.count(1)
 

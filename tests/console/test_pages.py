@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from accounts.models import AdminAction, ApiKey, Member
 from quotas.models import Limit
-from routing.config_file import apply_config, load_config
+from routing.catalog.config_file import apply_config, load_config
 from routing.models import Deployment
 from tests.console.people import People, make_people
 
@@ -297,9 +297,9 @@ def test_the_board_shows_live_slots_and_an_open_breaker(people):
     (capacity errors only cut the adaptive limit until it is at its floor)."""
     import asyncio
 
+    from routing.catalog.selectors import limits_of
     from routing.deployment_state import Result, deployment_state
-    from routing.selectors import limits_of
-    from routing.slot_policy import Claim
+    from routing.deployment_state.slot_policy import Claim
 
     big = Deployment.objects.get(name="big")
     limits = limits_of(big)

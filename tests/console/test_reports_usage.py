@@ -9,19 +9,11 @@ import pytest
 from django.db.models import Sum
 
 from accounts.selectors import viewer_for
-from quotas import usage_report as usage_report_module
 from quotas.models import UsageRollup
 from quotas.rollup_split import Split, split_period
-from quotas.usage_report import (
-    GROUPS,
-    ReportError,
-    downgrades_by_application,
-    percentile_ms,
-    period_for,
-    requested_vs_served,
-    usage_report,
-    usage_series,
-)
+from reports import usage as usage_report_module
+from reports.requested_vs_served import downgrades_by_application, requested_vs_served
+from reports.usage import GROUPS, ReportError, percentile_ms, period_for, usage_report, usage_series
 from routing.models import CallRecord, Outcome
 from tests.console.people import make_people
 from tests.console.report_data import call, write

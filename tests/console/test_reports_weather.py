@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from accounts.selectors import viewer_for
-from routing.capacity_weather import Cell, capacity_weather, quietest_window
+from reports.capacity_weather import Cell, capacity_weather, quietest_window
 from tests.console.people import make_people
 from tests.console.report_data import call, write
 

@@ -32,11 +32,11 @@ from accounts.services import (
 from quotas.models import Limit
 from quotas.selectors import limit_rows, limits_visible_to
 from quotas.services import LimitError, limit_set
-from routing.config_export import config_diff, config_export
-from routing.config_file import ConfigError, apply_config, load_config
+from routing.catalog.config_export import config_diff, config_export
+from routing.catalog.config_file import ConfigError, apply_config, load_config
+from routing.catalog.selectors import capacity_alerts, capacity_error_share, deployment_board
+from routing.catalog.services import RoutingError, deployment_drain, deployment_set_enabled
 from routing.models import Attempt, CallRecord, Deployment, Route
-from routing.selectors import capacity_alerts, capacity_error_share, deployment_board
-from routing.services import RoutingError, deployment_drain, deployment_set_enabled
 
 pytestmark = pytest.mark.django_db(transaction=False)
 DEMO = Path(__file__).resolve().parents[2] / "config" / "demo.toml"

@@ -65,7 +65,7 @@ def batch_apps(
     """Route `lag` (deployment lag: 8 slots, 2 kept for interactive calls) and three
     applications with routes fast and lag: `batchapp`, `nightly` (the tests set its batch
     window) and `limited` (2 calls in flight at most); and `rivalapp`, of another team."""
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     config = {
         "upstreams": [{"name": "lag-sim", "base_url": f"{lag_simulator.url}/v1"}],

@@ -77,7 +77,7 @@ ROUTES = {
 
 @pytest.fixture(scope="module")
 def agent_catalog(e2e_database: str, agent_sim: SimulatorHandle, django_db_blocker: Any) -> None:
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     sim = f"{agent_sim.url}/v1"
     full = {"breaker_threshold": 0}

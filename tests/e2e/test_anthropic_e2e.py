@@ -134,7 +134,7 @@ def tools(e2e_database: str) -> Iterator[ToolUpstream]:
 def catalog(
     e2e_database: str, two_kinds: SimulatorHandle, tools: ToolUpstream, django_db_blocker: Any
 ) -> None:
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     config = {
         "upstreams": [

@@ -42,7 +42,7 @@ def burst_config(
     """Routes `burst` (configured for 64, provider takes 4: the demo's `small` as the issue
     found it), `tight` (configured for 4, correctly) and one-deployment routes on failing
     upstreams, all with the default breaker (3, 300 s); the application `bursts`."""
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     fast = {"backoff_base": 0.05, "backoff_cap": 0.2}
     raw = {
@@ -313,7 +313,7 @@ def test_a_revoked_key_is_refused_by_the_first_call_after_an_idle_spell(
 def test_a_drained_deployment_is_passed_by_from_the_first_call_after_the_ttl(
     request, workers, burst_config, issue_key, committed_db
 ):
-    from routing.services import deployment_drain
+    from routing.catalog.services import deployment_drain
 
     gateway = _gateway(request, workers)
     key = issue_key("bursts").plaintext
@@ -339,7 +339,7 @@ def test_with_redis_every_worker_drops_a_changed_value_at_once(
         pytest.skip("workers are told of changes through Redis (REDIS_URL)")
     from accounts.services import key_revoke
     from quotas.services import limit_set
-    from routing.services import deployment_drain
+    from routing.catalog.services import deployment_drain
 
     gateway = _gateway(request, workers)
     issued = issue_key("bursts")

@@ -19,7 +19,7 @@ def catalog(
     faulty_simulator: SimulatorHandle,
     django_db_blocker: Any,
 ) -> None:
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     config = {
         "deployments": [

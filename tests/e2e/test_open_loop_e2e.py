@@ -31,7 +31,7 @@ def provider() -> Iterator[SimulatorHandle]:
 
 @pytest.fixture(scope="module")
 def catalog(e2e_database: str, provider: SimulatorHandle, django_db_blocker: Any) -> None:
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     config = {
         "upstreams": [{"name": "ol-sim", "base_url": f"{provider.url}/v1"}],

@@ -135,7 +135,7 @@ def capture(e2e_database: str) -> Iterator[Capture]:
 def catalog(
     e2e_database: str, native_sim: SimulatorHandle, capture: Capture, django_db_blocker: Any
 ) -> None:
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     sim, cap = f"{native_sim.url}/v1", f"http://127.0.0.1:{capture.port}/v1"
     config = {

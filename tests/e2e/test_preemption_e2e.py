@@ -1,5 +1,5 @@
-"""Batch lines give their slots back to interactive calls (routing/slot_policy.py rule 5),
-against a real simulator whose answers take 2 s: an interactive call that finds the
+"""Batch lines give their slots back to interactive calls (routing/deployment_state/slot_policy.py
+rule 5), against a real simulator whose answers take 2 s: an interactive call that finds the
 deployment full of batch calls is served at once, not after a batch call's 2 s; the batch
 call is cancelled upstream and its line runs again, once.
 
@@ -43,7 +43,7 @@ def long_simulator() -> Iterator[SimulatorHandle]:
 def long_route(e2e_database: str, long_simulator: SimulatorHandle, django_db_blocker: Any) -> str:
     """Deployment `long` (4 slots; batch may hold 3, the reserve keeps 1 for interactive),
     a batch application and an interactive one allowed its route."""
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     config = {
         "upstreams": [{"name": "long-sim", "base_url": f"{long_simulator.url}/v1"}],
@@ -86,9 +86,9 @@ async def _serve(principal: Any, *, batch: bool) -> tuple[Any, float]:
     response and how long it took."""
     from django.http import HttpRequest
 
-    from routing.audit import CallLog, new_request_id
-    from routing.payloads import Endpoint
-    from routing.proxy import serve
+    from routing.observability.audit import CallLog, new_request_id
+    from routing.request_path.payloads import Endpoint
+    from routing.request_path.proxy import serve
 
     body = json.dumps({"model": "long", "messages": [{"role": "user", "content": "hi"}]})
     request = HttpRequest()
@@ -108,10 +108,10 @@ async def test_in_process_an_interactive_call_takes_a_preemptible_batch_slot_at_
 ) -> None:
     from accounts.authentication import principal_for_prefix
     from core.refresh import CATALOG, KEYS, LIMITS, drop_local
-    from routing.upstream import close_sessions
+    from routing.request_path.upstream import close_sessions
 
     # The audit is the end-to-end test's; here its writer's thread would keep a connection.
-    monkeypatch.setattr("routing.completion.audit_writer.record", lambda call: None)
+    monkeypatch.setattr("routing.request_path.finish.audit_writer.record", lambda call: None)
     drop_local((CATALOG, KEYS, LIMITS))  # the config this module applied
     batch = await principal_for_prefix(keys["batch"].prefix)
     live = await principal_for_prefix(keys["live"].prefix)

@@ -104,7 +104,7 @@ class Upstream:
 
 @pytest.fixture(scope="module")
 def upstream(e2e_database: str, django_db_blocker: Any) -> Iterator[Upstream]:
-    from routing.config_file import apply_config, validate_config
+    from routing.catalog.config_file import apply_config, validate_config
 
     served = Upstream()
     served.start()

@@ -167,7 +167,7 @@ def test_breaker_opens_after_three_failing_calls_and_recovers_after_cooldown(
 
 
 def test_drain_moves_traffic_down_the_chain_and_undo_brings_it_back(sdk, call_record, committed_db):
-    from routing.services import deployment_drain
+    from routing.catalog.services import deployment_drain
 
     def served_by() -> str:
         raw = sdk.chat.completions.with_raw_response.create(model="r-drn", messages=MESSAGES)

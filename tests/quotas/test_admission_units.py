@@ -19,8 +19,8 @@ from quotas.reservation import (
     _refusal,
     _tightest,
 )
-from routing.call_size import enforce_ceilings, estimated_tokens
-from routing.payloads import ClientRequest, Endpoint, parse_request
+from routing.request_path.call_size import enforce_ceilings, estimated_tokens
+from routing.request_path.payloads import ClientRequest, Endpoint, parse_request
 
 
 def principal(**overrides: Any) -> Principal:

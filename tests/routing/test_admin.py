@@ -6,8 +6,8 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, Team
 from accounts.services import key_issue, member_ensure
-from routing.audit import AttemptLog, CallLog, _insert
-from routing.config_file import apply_config, load_config
+from routing.catalog.config_file import apply_config, load_config
+from routing.observability.audit import AttemptLog, CallLog, _insert
 
 PAGES = [
     "/admin/",

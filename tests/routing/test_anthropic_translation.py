@@ -1,5 +1,5 @@
-"""Chat completions ↔ Anthropic Messages (routing/protocols/anthropic_messages.py): every
-field both ways, what is refused, and (hypothesis) that a request translated there and back
+"""Chat completions ↔ Anthropic Messages (routing/request_path/protocols/anthropic_messages.py):
+every field both ways, what is refused, and (hypothesis) that a request translated there and back
 keeps its meaning."""
 
 import json
@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import GatewayError
-from routing.classify import ErrorClass, classify_status
-from routing.protocols import Degrade
-from routing.protocols.anthropic_messages import (
+from routing.request_path.classify import ErrorClass, classify_status
+from routing.request_path.protocols import Degrade
+from routing.request_path.protocols.anthropic_messages import (
     ChatToMessagesStream,
     MessagesToChatStream,
     chat_request_to_messages,

@@ -1,13 +1,13 @@
-"""The table of routing/attempt_result.py, case by case, and what the deployment state does
-with each row (both backends)."""
+"""The table of routing/request_path/attempt_result.py, case by case, and what the deployment state
+does with each row (both backends)."""
 
 import uuid
 
 import pytest
 
-from routing.attempt_result import attempt_result
-from routing.classify import ErrorClass
 from routing.deployment_state import Limits, Result
+from routing.request_path.attempt_result import attempt_result
+from routing.request_path.classify import ErrorClass
 
 CASES = [
     (None, False, Result.SUCCESS),

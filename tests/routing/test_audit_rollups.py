@@ -3,7 +3,7 @@
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from routing.audit import AttemptLog, CallLog, _rollups
+from routing.observability.audit import AttemptLog, CallLog, _rollups
 
 HOUR = datetime(2026, 11, 29, 14, 0, tzinfo=UTC)
 

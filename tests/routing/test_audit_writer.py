@@ -10,8 +10,8 @@ from django.db import connection
 
 from core.db import db_read
 from quotas.models import UsageRollup
-from routing.audit import AuditWriter, CallLog, _write
 from routing.models import CallRecord
+from routing.observability.audit import AuditWriter, CallLog, _write
 
 
 def _call(model: str = "fast", prefix: str | None = None) -> CallLog:

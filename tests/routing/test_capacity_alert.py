@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from routing.capacity_alert import LocalAlertStore, capacity_alert_check, transitions
-from routing.selectors import CapacityShare
+from routing.catalog.selectors import CapacityShare
+from routing.observability.capacity_alert import LocalAlertStore, capacity_alert_check, transitions
 from tests.support import free_port, start_process, start_simulator, stop_process, wait_until
 
 RULES = {"threshold": 0.2, "minimum": 10, "recover_ratio": 0.5}

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from routing.classify import (
+from routing.request_path.classify import (
     CAPACITY_LIKE,
     MOVE_ON,
     ErrorClass,

@@ -18,7 +18,13 @@ from django.core.management.base import CommandError
 
 from accounts.models import ApiKey, Application, Member, Team
 from quotas.models import Limit
-from routing.config_file import ApplyReport, ConfigError, apply_config, load_config, validate_config
+from routing.catalog.config_file import (
+    ApplyReport,
+    ConfigError,
+    apply_config,
+    load_config,
+    validate_config,
+)
 from routing.models import Deployment, Route, RouteDeployment, Upstream
 
 pytestmark = pytest.mark.django_db
@@ -470,7 +476,7 @@ def test_api_key_env_outside_the_allowed_names_is_refused(value: str) -> None:
 def test_the_allowed_names_are_configurable_but_never_include_sluices_secrets(
     settings: Any,
 ) -> None:
-    from routing.config_file import api_key_env_allowed
+    from routing.catalog.config_file import api_key_env_allowed
 
     settings.SLUICE_UPSTREAM_KEY_ENV = ["MY_KEY", "SLUICE_*", "DATABASE_*"]
     assert api_key_env_allowed("MY_KEY") and api_key_env_allowed("SLUICE_UPSTREAM_A")
@@ -484,7 +490,7 @@ def test_an_upstream_naming_a_forbidden_variable_is_called_without_a_key(
 ) -> None:
     """A row edited past the config file (the Django admin) is checked where the key is
     read: the variable is never read, so never sent."""
-    from routing.catalog import _upstream_key
+    from routing.catalog.specs import _upstream_key
 
     monkeypatch.setenv("SLUICE_SECRET_KEY", "the-secret")
     monkeypatch.setenv("SLUICE_UPSTREAM_OK", "sk-upstream")
@@ -794,12 +800,12 @@ def test_empty_file_is_valid_and_changes_nothing(tmp_path: Path) -> None:
 
 def test_failure_during_apply_rolls_back_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """The file is applied in one transaction: a write that fails late undoes the earlier ones."""
-    import routing.config_file
+    import routing.catalog.config_file
 
     def broken_member_ensure(**kwargs: Any) -> Member:
         raise RuntimeError("database blip")
 
-    monkeypatch.setattr(routing.config_file, "member_ensure", broken_member_ensure)
+    monkeypatch.setattr(routing.catalog.config_file, "member_ensure", broken_member_ensure)
     config = validate_config(demo())
     with pytest.raises(RuntimeError, match="database blip"):
         apply_config(config)

@@ -16,8 +16,8 @@ from django.db import connection
 
 from quotas.models import ROLLUP_COUNTS, DailyUsageRollup, UsageRollup
 from quotas.rollups import daily_rollups_rebuild
-from routing.audit import _write
 from routing.models import Outcome
+from routing.observability.audit import _write
 from tests.console.people import make_people
 from tests.console.report_data import call
 

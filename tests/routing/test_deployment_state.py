@@ -12,7 +12,7 @@ from routing.deployment_state import (
     Result,
 )
 from routing.deployment_state.rules import FIRST_OPEN
-from routing.slot_policy import BATCH, Claim
+from routing.deployment_state.slot_policy import BATCH, Claim
 
 LIMITS = Limits(max_concurrency=10, threshold=3, cooldown=300, close_after=3, lease=30)
 BATCH_CLAIM = Claim(BATCH, member="m", estimate=1.0, wait=60.0)

@@ -10,9 +10,9 @@ import pytest
 from django.core.management import call_command
 
 import routing.deployment_state.factory as deployment_state_module
-from routing.catalog import catalog
+from routing.catalog.specs import catalog
 from routing.deployment_state import LocalDeploymentState
-from routing.slot_policy import Claim
+from routing.deployment_state.slot_policy import Claim
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import routing.deployment_state as package
 from core.lua import lua_header
 from routing.deployment_state import rules
 from routing.deployment_state.redis import SCRIPTS
-from routing.slot_policy import DEFAULT_HOLD, MIN_HOLD, RESERVE_EPSILON
+from routing.deployment_state.slot_policy import DEFAULT_HOLD, MIN_HOLD, RESERVE_EPSILON
 
 LUA_FILES = sorted(Path(package.__file__).parent.glob("*.lua"))
 # Numbers the Lua may spell itself: counts, indexes (7: a script's first own ARGV),

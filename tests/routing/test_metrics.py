@@ -9,8 +9,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from routing.audit import AttemptLog, CallLog
-from routing.metrics import Counts, _families, metrics_allowed
+from routing.observability.audit import AttemptLog, CallLog
+from routing.observability.metrics import Counts, _families, metrics_allowed
 from tests.support import free_port, start_process, stop_process, wait_until
 
 
@@ -35,7 +35,7 @@ def _render(counts: Counts) -> str:
 
 
 def test_a_call_counts_by_route_deployment_outcome_priority_and_attempt_class(monkeypatch):
-    import routing.metrics as metrics
+    import routing.observability.metrics as metrics
 
     counts = Counts()
     monkeypatch.setattr(metrics, "_local", counts)

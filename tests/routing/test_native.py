@@ -11,19 +11,19 @@ from typing import Any
 import pytest
 
 from core.errors import GatewayError
-from routing.catalog import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
+from routing.catalog.specs import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
 from routing.deployment_state import Limits
-from routing.payloads import NativeBody, UpstreamBody, upstream_body
-from routing.protocols import Degrade
-from routing.protocols.anthropic_messages import (
+from routing.request_path.payloads import NativeBody, UpstreamBody, upstream_body
+from routing.request_path.protocols import Degrade
+from routing.request_path.protocols.anthropic_messages import (
     ANTHROPIC,
     chat_request_to_messages,
     messages_request_to_chat,
 )
-from routing.protocols.native import NativeTap, native_bytes, with_fields
-from routing.protocols.openai_responses import RESPONSES, responses_request_to_chat
-from routing.relay import usage_tokens
-from routing.translation import pinned, shape_for
+from routing.request_path.protocols.native import NativeTap, native_bytes, with_fields
+from routing.request_path.protocols.openai_responses import RESPONSES, responses_request_to_chat
+from routing.request_path.relay import usage_tokens
+from routing.request_path.translation import pinned, shape_for
 
 # --- bytes ------------------------------------------------------------------------------
 
@@ -409,7 +409,7 @@ def test_a_native_request_reads_only_what_the_path_needs():
 
 
 def test_a_body_the_scanner_cannot_follow_still_goes_with_its_fields(monkeypatch):
-    import routing.protocols.native as native_module
+    import routing.request_path.protocols.native as native_module
 
     def confused(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
         raise ValueError("confused")

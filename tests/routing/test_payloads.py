@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from core.errors import GatewayError, bad_request, capacity_exhausted, unauthorized
-from routing.payloads import ClientRequest, Endpoint, parse_request, upstream_body
+from routing.request_path.payloads import ClientRequest, Endpoint, parse_request, upstream_body
 
 CHAT = Endpoint.CHAT
 COMPLETIONS = Endpoint.COMPLETIONS

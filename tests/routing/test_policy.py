@@ -9,9 +9,15 @@ from hypothesis import strategies as st
 
 from accounts.models import Fallback
 from core.errors import GatewayError
-from routing.catalog import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
+from routing.catalog.specs import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
 from routing.deployment_state import Limits
-from routing.policy import backoff, deadline_for, eligible_chain, fallback_for, retry_wait
+from routing.request_path.policy import (
+    backoff,
+    deadline_for,
+    eligible_chain,
+    fallback_for,
+    retry_wait,
+)
 
 POLICY = RetryPolicy(
     timeout=60, max_attempts=5, backoff_base=1.0, backoff_cap=30.0, retry_after_cap=30.0

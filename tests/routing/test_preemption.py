@@ -1,10 +1,10 @@
-"""A batch slot asked back for a waiting interactive call (routing/slot_policy.py rule 5):
-the contract both backends keep (Redis when REDIS_URL is set, as in CI's second run)."""
+"""A batch slot asked back for a waiting interactive call (routing/deployment_state/slot_policy.py
+rule 5): the contract both backends keep (Redis when REDIS_URL is set, as in CI's second run)."""
 
 import asyncio
 
 from routing.deployment_state import Limits, Result
-from routing.slot_policy import BATCH
+from routing.deployment_state.slot_policy import BATCH
 from tests.routing.test_slot_queue import Deployment, limits
 
 

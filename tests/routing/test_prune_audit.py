@@ -12,9 +12,9 @@ from accounts.models import AdminAction
 from accounts.selectors import viewer_for
 from accounts.services import SYSTEM
 from quotas.models import DailyUsageRollup, UsageRollup
-from quotas.usage_report import period_for, usage_report
+from reports.usage import period_for, usage_report
 from routing.models import Attempt, CallRecord
-from routing.retention import audit_prune
+from routing.observability.retention import audit_prune
 from tests.console.people import make_people
 from tests.console.report_data import call, write
 

@@ -14,7 +14,7 @@ import redis
 
 from routing.deployment_state import Limits, Result
 from routing.deployment_state.redis import RedisDeploymentState
-from routing.slot_policy import BATCH, Claim
+from routing.deployment_state.slot_policy import BATCH, Claim
 from tests.support import free_port
 
 pytestmark = pytest.mark.skipif(not shutil.which("redis-server"), reason="no redis-server")

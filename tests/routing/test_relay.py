@@ -5,19 +5,19 @@ from decimal import Decimal
 
 import pytest
 
-from routing.audit import AttemptLog, CallLog
-from routing.catalog import DeploymentSpec, UpstreamSpec
+from routing.catalog.specs import DeploymentSpec, UpstreamSpec
 from routing.deployment_state import Limits, Result
-from routing.payloads import Endpoint, parse_request, upstream_body
-from routing.relay import OpenStream, StreamRelay
-from routing.upstream import close_sessions, open_response
+from routing.observability.audit import AttemptLog, CallLog
+from routing.request_path.payloads import Endpoint, parse_request, upstream_body
+from routing.request_path.relay import OpenStream, StreamRelay
+from routing.request_path.upstream import close_sessions, open_response
 from tests.support import SimulatorHandle, wait_until
 
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CallLog]:
     calls: list[CallLog] = []
-    monkeypatch.setattr("routing.completion.audit_writer.record", calls.append)
+    monkeypatch.setattr("routing.request_path.finish.audit_writer.record", calls.append)
     return calls
 
 

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from routing.cache_replay import replay
-from routing.payloads import Endpoint, parse_request
-from routing.response_cache import (
+from routing.request_path.cache_replay import replay
+from routing.request_path.payloads import Endpoint, parse_request
+from routing.request_path.response_cache import (
     CachedAnswer,
     LocalResponseCache,
     RedisResponseCache,
@@ -191,8 +191,8 @@ def _app_config(ttl: object) -> dict:
 @pytest.mark.django_db
 def test_the_config_file_sets_an_applications_cache_and_refuses_a_bad_one():
     from accounts.models import Application
-    from routing.config_export import catalog_entries
-    from routing.config_file import ConfigError, apply_config, validate_config
+    from routing.catalog.config_export import catalog_entries
+    from routing.catalog.config_file import ConfigError, apply_config, validate_config
 
     apply_config(validate_config(_app_config(300)))
     assert Application.objects.get(slug="cached").cache_ttl_seconds == 300

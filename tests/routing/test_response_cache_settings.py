@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from accounts.models import Application
-from routing.config_file import apply_config, load_config
+from routing.catalog.config_file import apply_config, load_config
 from tests.console.people import People, make_people
 from tests.support.api import assert_error
 

@@ -1,6 +1,7 @@
-"""The Responses API ↔ chat completions translation (routing/protocols/openai_responses.py):
-a table per direction, refusals naming the field, the stream translator, and property tests
-that a request or an answer translated there and back keeps its meaning."""
+"""The Responses API ↔ chat completions translation
+(routing/request_path/protocols/openai_responses.py): a table per direction, refusals naming the
+field, the stream translator, and property tests that a request or an answer translated there and
+back keeps its meaning."""
 
 import json
 from typing import Any
@@ -10,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import GatewayError
-from routing.protocols import Degrade
-from routing.protocols.openai_responses import (
+from routing.request_path.protocols import Degrade
+from routing.request_path.protocols.openai_responses import (
     RESPONSES,
     ChatToResponsesStream,
     Echo,
@@ -477,7 +478,7 @@ CHAT_CALL = st.builds(
 def responses_response_to_chat(response: dict[str, Any]) -> dict[str, Any]:
     """A `response` object → a chat completion: the inverse of `chat_response_to_responses`,
     only for the property test below (an upstream's answer is read by
-    routing/protocols/responses_upstream.py)."""
+    routing/request_path/protocols/responses_upstream.py)."""
     text, refusal, calls = "", "", []
     for item in response["output"]:
         if item["type"] == "message":

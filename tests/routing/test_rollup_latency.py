@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import pytest
 
 from quotas.models import LATENCY_FIELDS, latency_field
-from routing.audit import AttemptLog, CallLog, _rollups, _write
 from routing.models import Outcome
+from routing.observability.audit import AttemptLog, CallLog, _rollups, _write
 
 HOUR = datetime(2026, 11, 29, 14, 0, tzinfo=UTC)
 

@@ -9,7 +9,13 @@ import uuid
 import pytest
 
 from routing.deployment_state import Limits, Refusal, Result
-from routing.slot_policy import BATCH, INTERACTIVE, Claim, batch_cap, queue_retry_after
+from routing.deployment_state.slot_policy import (
+    BATCH,
+    INTERACTIVE,
+    Claim,
+    batch_cap,
+    queue_retry_after,
+)
 
 T0 = 1_800_000_000.0
 WAIT = T0 + 100  # queue until then

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from routing.stream_tap import StreamTap
+from routing.request_path.stream_tap import StreamTap
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}
 MODEL = "big-2025-01-01"

@@ -9,9 +9,9 @@ from decimal import Decimal
 import aiohttp
 import pytest
 
-from routing.catalog import DeploymentSpec, UpstreamSpec
+from routing.catalog.specs import DeploymentSpec, UpstreamSpec
 from routing.deployment_state import Limits
-from routing.upstream import close_sessions, open_response
+from routing.request_path.upstream import close_sessions, open_response
 
 ANSWER = b'{"ok": true}'
 

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from batches.runner import run_until
 from core.background import settle_background
-from routing.audit import audit_writer
-from routing.upstream import close_sessions
+from routing.observability.audit import audit_writer
+from routing.request_path.upstream import close_sessions
 
 
 class Command(BaseCommand):

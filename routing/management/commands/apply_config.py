@@ -3,8 +3,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.services import Actor
-from routing.config_file import ConfigError
-from routing.services import config_apply
+from routing.catalog.config_file import ConfigError
+from routing.catalog.services import config_apply
 
 
 class Command(BaseCommand):

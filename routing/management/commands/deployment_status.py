@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from routing.catalog import DeploymentSpec, catalog
+from routing.catalog.specs import DeploymentSpec, catalog
 from routing.deployment_state import deployment_state
 
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.services import Actor
-from routing.services import RoutingError, deployment_drain
+from routing.catalog.services import RoutingError, deployment_drain
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.services import Actor
-from routing.retention import audit_prune
+from routing.observability.retention import audit_prune
 
 
 class Command(BaseCommand):

@@ -1,0 +1,509 @@
+"""The audit trail: what the proxy learned about a call, written off the request path.
+
+The proxy fills a `CallLog` as it goes and hands it to `audit_writer.record()`, which
+appends it to a list and a line to this worker's spool file (routing/observability/audit_spool.py: a
+worker killed before the batch is written loses nothing). A background task writes the
+rows in batches (one transaction per batch) from its own thread, which keeps its
+connection, so a slow or briefly unavailable database never holds up a call; a batch that
+fails is kept and retried.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import DateField, DecimalField, GenericIPAddressField, Model
+from django.db.models.constants import OnConflict
+
+from core.outcomes import Outcome
+from quotas.models import ROLLUP_COUNTS, DailyUsageRollup, UsageRollup, latency_field
+from quotas.reservation import Ticket
+from quotas.rollups import daily_rows
+from routing.models import Attempt, CallRecord
+from routing.observability.audit_spool import Spool, decode_call, encode_call, spool_folder
+from routing.observability.metrics import metrics_record
+
+log = logging.getLogger("sluice.audit")
+
+_MAX_PENDING = 100_000  # past this a dead database costs memory, not the process
+
+
+def new_request_id() -> str:
+    """Time-ordered (ms) then random, so ids sort by arrival and index well. Not a secret,
+    so the cheap generator will do."""
+    return f"req_{int(time.time() * 1000):012x}{random.getrandbits(64):016x}"
+
+
+@dataclass
+class AttemptLog:
+    number: int
+    deployment: str
+    started_at: datetime
+    duration_ms: float = 0.0
+    status_code: int | None = None
+    error_class: str = ""  # an ErrorClass: the upstream's answer was an error
+    retry_delay_ms: float | None = None
+    retry_reason: str = ""
+    skipped: str = ""  # not sent: breaker, concurrency, budget or drain
+    outcome: str = ""  # an Outcome that ended the attempt before its answer: preempted
+
+    @property
+    def ended_by(self) -> str:
+        """What ended the attempt, as its row's `error_class` column and the metrics keep
+        it: the error class, or the outcome that cut it; "" for an answer."""
+        return self.error_class or self.outcome
+
+
+UNKNOWN_ROUTE = "unknown"  # the route of a call naming a model that is no route
+
+
+@dataclass
+class CallLog:
+    request_id: str
+    endpoint: str
+    client_ip: str | None
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started: float = field(default_factory=time.perf_counter)
+    member_id: int | None = None
+    member_email: str = ""
+    application_id: int | None = None
+    application_slug: str = ""
+    key_prefix: str = ""
+    priority: str = ""
+    queue_ms: float | None = None  # waited for a slot (None: never queued)
+    queue_position: int | None = None
+    requested_model: str = ""  # as the client named it (stored in the call's row)
+    # What metrics and rollups key on: the route's name, UNKNOWN_ROUTE when the model names
+    # none, "" before a model was read. A bounded set, whatever clients send.
+    route: str = ""
+    served_deployment: str = ""
+    upstream_model: str = ""
+    stream: bool = False
+    outcome: str = Outcome.SUCCESS
+    status_code: int = 200
+    error_message: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal = Decimal(0)
+    latency_ms: float = 0.0
+    ttfb_ms: float | None = None
+    retries: int = 0
+    fell_back: bool = False
+    attempts: list[AttemptLog] = field(default_factory=list)
+    quota: Ticket | None = None  # the quota reservation to settle, not stored
+    team_id: int | None = None  # for the usage rollups
+    batch_id: str = ""  # a line of a batch (batches app): its batch and custom_id
+    custom_id: str = ""
+    cache: str = ""  # the response cache: hit, miss or bypass ("" : the application has none)
+    client_protocol: str = "openai"  # the shape the client spoke (routing/request_path/protocols/)
+    upstream_protocol: str = ""  # the kind of the upstream that served it
+    degraded: list[str] = field(default_factory=list)  # what crossing kinds changed
+    user_agent: str = ""
+
+    @property
+    def attempt_count(self) -> int:
+        """Upstream attempts actually sent (skipped deployments are rows too)."""
+        return sum(1 for a in self.attempts if not a.skipped)
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+    def finish(self, *, outcome: str, status: int, error_message: str = "") -> None:
+        self.outcome = outcome
+        self.status_code = status
+        self.error_message = error_message[:500]
+        self.latency_ms = self.elapsed_ms()
+
+    def call_row(self) -> dict[str, Any]:
+        return _storable_strings(
+            {
+                "request_id": self.request_id,
+                "created_at": self.created_at,
+                "member_id": self.member_id,
+                "member_email": self.member_email,
+                "application_id": self.application_id,
+                "application_slug": self.application_slug,
+                "key_prefix": self.key_prefix,
+                "priority": self.priority,
+                "queue_ms": None if self.queue_ms is None else round(self.queue_ms, 3),
+                "queue_position": self.queue_position,
+                "endpoint": self.endpoint,
+                "requested_model": self.requested_model[:200],
+                "served_deployment": self.served_deployment,
+                "upstream_model": self.upstream_model[:200],
+                "stream": self.stream,
+                "outcome": self.outcome,
+                "status_code": self.status_code,
+                "error_message": self.error_message,
+                "attempt_count": self.attempt_count,
+                "retries": self.retries,
+                "fell_back": self.fell_back,
+                "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out,
+                "cost": self.cost,
+                "latency_ms": round(self.latency_ms, 3),
+                "ttfb_ms": None if self.ttfb_ms is None else round(self.ttfb_ms, 3),
+                "client_ip": self.client_ip,
+                "batch_id": self.batch_id,
+                "custom_id": self.custom_id[:200],
+                "cache": self.cache,
+                "client_protocol": self.client_protocol,
+                "upstream_protocol": self.upstream_protocol,
+                "degraded": "\n".join(self.degraded)[:4000],
+                "user_agent": self.user_agent[:200],
+            }
+        )
+
+    def attempt_rows(self) -> list[dict[str, Any]]:
+        return [
+            _storable_strings(
+                {
+                    "call_id": self.request_id,
+                    "number": a.number,
+                    "deployment": a.deployment,
+                    "started_at": a.started_at,
+                    "duration_ms": round(a.duration_ms, 3),
+                    "status_code": a.status_code,
+                    "error_class": a.ended_by,
+                    "retry_delay_ms": None
+                    if a.retry_delay_ms is None
+                    else round(a.retry_delay_ms, 3),
+                    "retry_reason": a.retry_reason,
+                    "skipped": a.skipped,
+                }
+            )
+            for a in self.attempts
+        ]
+
+
+def storable(text: str) -> str:
+    """Text every database takes: lone surrogates (JSON allows `\\ud800`, UTF-8 does not)
+    and NUL characters (PostgreSQL refuses them) replaced."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+def _storable_strings(row: dict[str, Any]) -> dict[str, Any]:
+    for name, value in row.items():
+        if isinstance(value, str):
+            row[name] = storable(value)
+    return row
+
+
+_ADAPTED_FIELDS = (DateField, DecimalField, GenericIPAddressField)  # DateTimeField too
+
+
+def _db_values(model: type[Model], rows: list[dict[str, Any]]) -> tuple[list[Any], list[list]]:
+    """The model fields named by the rows' keys, and the rows as the driver wants them.
+    Only dates (and times), decimals and addresses need the backend's adaptation; strings,
+    numbers and None go as they are (most of the CPU of a write was this loop)."""
+    fields = [model._meta.get_field(name) for name in rows[0]]
+    adapt = [f if isinstance(f, _ADAPTED_FIELDS) else None for f in fields]
+    values = [
+        [
+            f.get_db_prep_save(value, connection) if f is not None and value is not None else value
+            for f, value in zip(adapt, row.values(), strict=True)
+        ]
+        for row in rows
+    ]
+    return fields, values
+
+
+def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) -> None:
+    """One executemany; the ORM's bulk_create costs several times more CPU per row, and
+    these rows are written for every call. A retried batch that had in fact committed
+    is harmless: duplicates are ignored."""
+    if not rows:
+        return
+    fields, values = _db_values(model, rows)
+    ops = connection.ops
+    sql = "{} {} ({}) VALUES ({}) {}".format(
+        ops.insert_statement(on_conflict=OnConflict.IGNORE),
+        ops.quote_name(model._meta.db_table),
+        ", ".join(ops.quote_name(f.column) for f in fields),
+        ", ".join(["%s"] * len(fields)),
+        ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None),
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, values)
+
+
+_ATTEMPT_COUNTER = {
+    "capacity": "capacity_errors",
+    "rate_limit": "rate_limit_errors",
+    "server_error": "server_errors",
+    "connection": "server_errors",
+    "malformed": "server_errors",
+    "connect_timeout": "timeouts",
+    "read_timeout": "timeouts",
+}
+_REFUSED = {Outcome.RATE_LIMITED, Outcome.BUDGET_EXCEEDED, Outcome.CONCURRENCY_LIMITED}
+# A preempted batch call gave its slot to an interactive one and runs again: no error.
+_NOT_ERRORS = {Outcome.SUCCESS, Outcome.PREEMPTED}
+
+
+def _rollups(batch: list[CallLog]) -> list[dict[str, Any]]:
+    """The batch added up per hour, key, route and deployment: use on the deployment that served,
+    errors on the deployment that failed."""
+    rows: dict[tuple[datetime, str, str, str], dict[str, Any]] = {}
+
+    def row(call: CallLog, deployment: str) -> dict[str, Any]:
+        hour = call.created_at.replace(minute=0, second=0, microsecond=0)
+        route = call.route
+        found = rows.get((hour, call.key_prefix, route, deployment))
+        if found is None:
+            found = rows[(hour, call.key_prefix, route, deployment)] = {
+                "hour": hour,
+                "key_prefix": call.key_prefix,
+                "route": route,
+                "deployment": deployment,
+                "member_id": call.member_id,
+                "application_id": call.application_id,
+                "team_id": call.team_id,
+                **dict.fromkeys(ROLLUP_COUNTS, 0),
+            }
+            found["cost"] = Decimal(0)
+        return found
+
+    for call in batch:
+        if not call.key_prefix or call.member_id is None:
+            continue  # no known key: nobody's usage
+        served = row(call, call.served_deployment)
+        served["requests"] += 1
+        served["tokens_in"] += call.tokens_in
+        served["tokens_out"] += call.tokens_out
+        served["cost"] += call.cost
+        served["fallbacks"] += call.fell_back
+        served["errors"] += call.outcome not in _NOT_ERRORS
+        served["rejected"] += call.outcome in _REFUSED
+        if call.attempt_count:  # latency of calls that reached an upstream
+            served[latency_field(call.latency_ms)] += 1
+        for attempt in call.attempts:
+            counter = _ATTEMPT_COUNTER.get(attempt.error_class)
+            if counter:
+                row(call, attempt.deployment)[counter] += 1
+    # In key order: workers upserting the same rows lock them in the same order, so two
+    # batches wait for each other instead of deadlocking.
+    return [rows[k] for k in sorted(rows)]
+
+
+def _upsert_rollups(model: type[Model], period: str, rows: list[dict[str, Any]]) -> None:
+    """Add to the counters of the row's period (`hour` or `day`) in one statement per row:
+    concurrent writers from other workers add up instead of overwriting each other."""
+    if not rows:
+        return
+    ops = connection.ops
+    table = ops.quote_name(model._meta.db_table)
+    columns = list(rows[0])
+    added = ", ".join(
+        f"{ops.quote_name(c)} = {table}.{ops.quote_name(c)} + excluded.{ops.quote_name(c)}"
+        for c in ROLLUP_COUNTS
+    )
+    sql = (
+        f"INSERT INTO {table} ({', '.join(ops.quote_name(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT ({period}, key_prefix, route, deployment) DO UPDATE SET {added}"
+    )
+    _, values = _db_values(model, rows)
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, values)
+
+
+def _insert(batch: list[CallLog]) -> None:
+    with transaction.atomic():
+        _insert_ignoring_duplicates(CallRecord, [entry.call_row() for entry in batch])
+        _insert_ignoring_duplicates(Attempt, [row for e in batch for row in e.attempt_rows()])
+        hourly = _rollups(batch)
+        # Hours, then days, each in key order: every writer locks rows in the same order.
+        _upsert_rollups(UsageRollup, "hour", hourly)
+        _upsert_rollups(DailyUsageRollup, "day", daily_rows(hourly))
+
+
+class Unwritten(Exception):
+    """The database went away part way: these calls are still to be written."""
+
+    def __init__(self, calls: list[CallLog]) -> None:
+        super().__init__(f"{len(calls)} calls not written")
+        self.calls = calls
+
+
+def _write(batch: list[CallLog]) -> None:
+    """Raises `Unwritten` only when the database is unreachable (those calls are then
+    retried). Any other error is a bad row, whatever the driver raised (a DatabaseError, or
+    a UnicodeEncodeError for a string it cannot send): the rows are then written one by one
+    and only the bad one is left out, so it can never hold the others back."""
+    try:
+        _insert(batch)
+        return
+    except (OperationalError, InterfaceError):
+        connection.close()  # reconnect on the next try
+        raise Unwritten(batch) from None
+    except Exception:
+        if len(batch) == 1:
+            log.exception("audit row %s rejected by the database", batch[0].request_id)
+            return
+    for i, entry in enumerate(batch):
+        try:
+            _insert([entry])
+        except (OperationalError, InterfaceError):
+            connection.close()
+            raise Unwritten(batch[i:]) from None
+        except Exception:
+            log.exception("audit row %s rejected by the database", entry.request_id)
+
+
+class RefusalSampler:
+    """Calls refused for a missing or unknown key, sampled: the first `per_second` each
+    second are recorded, the rest only counted, and the count rides on the next one
+    recorded ("+N like it not recorded"). A flood of garbage keys costs a few rows a
+    second, not one each; a real client's mistake is still in the trail."""
+
+    def __init__(self, per_second: int = 5) -> None:
+        self.per_second = per_second
+        self._second = 0
+        self._taken = 0
+        self.skipped = 0  # not recorded since the last one that was
+
+    def keep(self, call: CallLog) -> bool:
+        second = int(time.monotonic())
+        if second != self._second:
+            self._second, self._taken = second, 0
+        if self._taken >= self.per_second:
+            self.skipped += 1
+            return False
+        self._taken += 1
+        if self.skipped:
+            note = f" (+{self.skipped} like it not recorded)"
+            call.error_message = call.error_message[: 500 - len(note)] + note
+            self.skipped = 0
+        return True
+
+
+def _read_spooled(paths: list[Path]) -> list[CallLog]:
+    return [decode_call(line, CallLog, AttemptLog) for path in paths for line in Spool.read(path)]
+
+
+def _not_yet_written(calls: list[CallLog]) -> list[CallLog]:
+    """Calls from a dead worker's spool that the database does not hold yet (it may have
+    committed a batch and died before deleting its file)."""
+    ids = [c.request_id for c in calls]
+    present: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        present.update(
+            CallRecord.objects.filter(request_id__in=chunk).values_list("request_id", flat=True)
+        )
+    return [c for c in calls if c.request_id not in present]
+
+
+class AuditWriter:
+    def __init__(self) -> None:
+        self._pending: list[CallLog] = []
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
+        self._task: asyncio.Task[None] | None = None
+        self.unauthenticated = RefusalSampler()
+        self._spool: Spool | None = None
+        self._sealed: list[Path] = []  # spool files whose calls are all pending
+        self._orphans: list[Path] = []  # claimed from dead workers, not yet taken in
+
+    def spool(self) -> Spool | None:
+        if self._spool is None and settings.SLUICE_AUDIT_SPOOL_DIR:
+            folder = Path(settings.SLUICE_AUDIT_SPOOL_DIR)
+            self._spool = Spool(spool_folder(folder, settings.DATABASES["default"]))
+        return self._spool
+
+    def record(self, call: CallLog) -> None:
+        if call.outcome == Outcome.UNAUTHORIZED and not self.unauthenticated.keep(call):
+            return
+        if len(self._pending) >= _MAX_PENDING:
+            log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
+            return
+        metrics_record(call)
+        self._pending.append(call)
+        spool = self.spool()
+        if spool is not None:
+            spool.append(encode_call(call))
+        self._ensure_task()
+
+    def _ensure_task(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run(), name="sluice-audit-writer")
+
+    async def _run(self) -> None:
+        failures = 0
+        await self._take_in_orphans()
+        while self._pending:
+            await asyncio.sleep(settings.SLUICE_AUDIT_FLUSH_SECONDS)
+            if not await self._flush_once():
+                failures += 1
+                # Back off while the database is away; the rows wait in memory.
+                await asyncio.sleep(min(30.0, 0.5 * 2**failures))
+            else:
+                failures = 0
+
+    async def _take_in_orphans(self) -> None:
+        """The calls a dead worker of this host spooled and never wrote: pending here."""
+        spool = self.spool()
+        if spool is None:
+            return
+        # The folder scan and the file reads happen on the writer's thread, not the loop.
+        loop = asyncio.get_running_loop()
+        self._orphans += await loop.run_in_executor(self._executor, spool.claim_orphans)
+        if not self._orphans:
+            return
+        calls = await loop.run_in_executor(self._executor, _read_spooled, list(self._orphans))
+        try:
+            missing = await loop.run_in_executor(self._executor, _not_yet_written, calls)
+        except Exception as exc:  # the database is away: try again with the next batch
+            log.warning("could not check %d spooled calls yet: %s", len(calls), exc)
+            return
+        if missing:
+            log.warning("writing %d calls a stopped worker had not written", len(missing))
+        self._pending[:0] = missing
+        self._sealed += self._orphans
+        self._orphans = []
+
+    async def _flush_once(self) -> bool:
+        batch, self._pending = self._pending, []
+        segments, self._sealed = self._sealed, []
+        spool = self.spool()
+        sealed = spool.seal() if spool is not None else None
+        if sealed is not None:
+            segments.append(sealed)
+        if batch:
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._executor, _write, batch)
+            except Unwritten as unwritten:
+                log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
+                self._pending[:0] = unwritten.calls
+                self._sealed[:0] = segments
+                return False
+            except Exception:  # a bug in the writer itself: never retry the same batch forever
+                log.exception("audit write failed; %d calls dropped", len(batch))
+        Spool.discard(segments)
+        return True
+
+    async def flush(self) -> None:
+        """Write everything recorded so far (tests, shutdown)."""
+        for _ in range(5):
+            if await self._flush_once() and not self._pending:
+                return
+            await asyncio.sleep(0.2)
+
+    def pending(self) -> int:
+        """Calls recorded and not yet written."""
+        return len(self._pending)
+
+
+audit_writer = AuditWriter()

@@ -1,0 +1,12 @@
+"""The last step of every call, however it ended."""
+
+from quotas.reservation import settle_later
+from routing.observability.audit import CallLog, audit_writer
+
+
+def complete(call: CallLog) -> None:
+    """Settle the call's quota reservation against what it used (a refund when it failed)
+    and write its audit record."""
+    if call.quota is not None:
+        settle_later(call.quota, tokens=call.tokens_in + call.tokens_out, cost=float(call.cost))
+    audit_writer.record(call)

@@ -1,0 +1,180 @@
+"""Passthrough: a client's body sent as it came to a deployment that speaks its protocol,
+and the answer relayed as it comes.
+
+Sluice reads from such a body only what the request path needs (model, stream flag, token
+ceiling: routing/request_path/payloads.py `native_request`) and from the answer only its model,
+usage and whether it failed. The body sent upstream is the client's bytes with the top-level fields
+Sluice must set (the deployment's model name, a clamped token ceiling) rewritten in place:
+every other byte, `thinking`, `cache_control`, `include`, encrypted reasoning and whatever
+the provider adds next month included, is the client's.
+"""
+
+import json
+import re
+from typing import Any
+
+from routing.request_path.payloads import NativeBody
+from routing.request_path.stream_tap import data_of
+
+ANTHROPIC_KIND = "anthropic"
+RESPONSES_KIND = "openai-responses"
+# The path under the upstream's base URL a native body goes to.
+NATIVE_PATHS = {ANTHROPIC_KIND: "messages", RESPONSES_KIND: "responses"}
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_decoder = json.JSONDecoder()
+
+
+def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
+    """Where the values of the top-level keys in `wanted` sit in a JSON object's text (the
+    last of a repeated key, as json.loads reads it). Stops early once all are found unless
+    one may repeat later; ValueError for text that is not a JSON object."""
+    spans: dict[str, tuple[int, int]] = {}
+    i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    if text[i : i + 1] != "{":
+        raise ValueError("not an object")
+    i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
+    if text[i : i + 1] == "}":
+        return spans
+    while True:
+        if text[i : i + 1] != '"':
+            raise ValueError("expected a key")
+        key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+        i = _SPACE.match(text, i).end()  # type: ignore[union-attr]
+        if text[i : i + 1] != ":":
+            raise ValueError("expected ':'")
+        start = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
+        _, end = _decoder.raw_decode(text, start)
+        if key in wanted:
+            spans[key] = (start, end)
+        i = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+        if text[i : i + 1] == ",":
+            i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
+            continue
+        if text[i : i + 1] == "}":
+            return spans
+        raise ValueError("expected ',' or '}'")
+
+
+def with_fields(raw: bytes, fields: dict[str, Any]) -> bytes:
+    """`raw` (a JSON object) with these top-level fields set, every other byte as it was;
+    fields already holding their value leave it byte for byte the same."""
+    text = raw.decode("utf-8")
+    spans = _spans(text, set(fields))
+    edits: list[tuple[int, int, str]] = []
+    added: list[str] = []
+    for name, value in fields.items():
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        if name in spans:
+            start, end = spans[name]
+            current = json.loads(text[start:end])
+            if current != value or type(current) is not type(value):
+                edits.append((start, end, encoded))
+        else:
+            added.append(json.dumps(name) + ":" + encoded)
+    if not edits and not added:
+        return raw
+    for start, end, encoded in sorted(edits, reverse=True):
+        text = text[:start] + encoded + text[end:]
+    if added:
+        opening = text.index("{") + 1
+        rest = text[opening:]
+        joiner = "," if rest.strip() != "}" else ""
+        text = text[:opening] + ",".join(added) + joiner + rest
+    return text.encode("utf-8")
+
+
+def native_bytes(native: NativeBody, model: str) -> bytes:
+    """The body for the deployment: the client's, with the deployment's model name."""
+    fields = {"model": model, **native.overrides}
+    try:
+        return with_fields(native.raw, fields)
+    except (ValueError, IndexError, RecursionError):
+        # Read as JSON already (routing/request_path/payloads.py), so this is not expected; should
+        # the scanner ever disagree with json.loads, the body goes re-encoded rather than not.
+        return json.dumps({**json.loads(native.raw), **fields}).encode()
+
+
+class NativeTap:
+    """Watches a native stream as it is relayed: the bytes go on as they came (no event is
+    held back or rewritten); on the side it learns the model, the usage and an error event,
+    and counts content deltas (for an estimate when the stream is cut short)."""
+
+    # An event worth parsing carries one of these; the rest (text deltas) are only counted.
+    _MARKS = (
+        b"message_start",
+        b"message_delta",
+        b'"error"',
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+        b"response.created",
+    )
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.forward_usage = True
+        self.model = ""
+        self.usage: dict[str, Any] | None = None
+        self.chunks = 0
+        self.error: dict[str, Any] | None = None
+        self._failing: dict[str, Any] | None = None  # a Responses `error` event, not yet final
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> bytes:
+        buffer = (self._buffer + data).replace(b"\r\n", b"\n")
+        *events, self._buffer = buffer.split(b"\n\n")
+        for event in events:
+            self._watch(event)
+        return data
+
+    def flush(self) -> bytes:
+        rest, self._buffer = self._buffer, b""
+        if rest.strip():
+            self._watch(rest)
+        if self.error is None and self._failing is not None:
+            self.error = self._failing
+        return b""
+
+    def _watch(self, event: bytes) -> None:
+        data = data_of(event)
+        if data is None:
+            return
+        if not any(mark in data for mark in self._MARKS):
+            self.chunks += 1
+            return
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(payload, dict):
+            return
+        kind = payload.get("type")
+        if kind == "message_start":  # Anthropic
+            message = payload.get("message") or {}
+            self.model = str(message.get("model") or self.model)
+            self._merge(message.get("usage"))
+        elif kind == "message_delta":
+            self._merge(payload.get("usage"))
+        elif kind == "error" and self.kind == ANTHROPIC_KIND:
+            error = payload.get("error")
+            self.error = error if isinstance(error, dict) else {"message": str(error)}
+        elif kind == "error":
+            # Responses: `response.failed` follows and ends the stream; until then (or the
+            # stream's end) the relay goes on, so the client gets both.
+            self._failing = {"message": payload.get("message"), "code": payload.get("code")}
+        elif kind == "response.failed":
+            error = (payload.get("response") or {}).get("error")
+            self.error = error if isinstance(error, dict) else self._failing or {}
+        elif isinstance(kind, str) and kind.startswith("response."):
+            response = payload.get("response") or {}
+            self.model = str(response.get("model") or self.model)
+            if isinstance(response.get("usage"), dict):
+                self.usage = response["usage"]
+        else:
+            self.chunks += 1
+
+    def _merge(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            fresh = {k: v for k, v in usage.items() if v is not None}
+            self.usage = {**(self.usage or {}), **fresh}

@@ -1,0 +1,179 @@
+"""A lean ASGI handler for the proxy's own paths (/v1/…).
+
+Django's ASGIHandler runs every request through the middleware stack, a new thread for its
+thread-sensitive context, and the request_started/finished signals, each a thread hop. The
+proxy needs none of them (it opens no session, renders no template and closes the database
+connections it uses itself), so this handler reads the body (refusing an oversized one
+early), resolves the URL and awaits the async view directly. It keeps Django's request
+class, URL resolver, response sending and disconnect handling.
+"""
+
+import asyncio
+import contextlib
+import functools
+import logging
+import tempfile
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler
+from django.db import DatabaseError
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
+from django.urls import Resolver404, ResolverMatch, get_resolver
+
+from core.errors import GatewayError, database_unavailable
+from routing.observability.audit import new_request_id
+
+log = logging.getLogger("sluice.proxy")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodyTooSlow(Exception):
+    pass
+
+
+def _too_slow() -> HttpResponse:
+    seconds = settings.SLUICE_BODY_SECONDS
+    response = GatewayError(
+        408,
+        f"The request body did not arrive within {seconds:g} seconds.",
+        code="request_timeout",
+    ).response()
+    response["Connection"] = "close"
+    return response
+
+
+def _with_request_id(response: HttpResponseBase) -> HttpResponseBase:
+    """Every answer carries a request id, also those that never reach the proxy's path
+    (401 from /v1/models, unknown paths, wrong methods, 408, 413)."""
+    if "X-Sluice-Request-Id" not in response:
+        response["X-Sluice-Request-Id"] = new_request_id()
+    return response
+
+
+def _too_large(limit: int) -> HttpResponse:
+    return GatewayError(
+        413,
+        f"The request body is larger than the limit of {limit} bytes.",
+        code="request_too_large",
+    ).response()
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(path: str) -> ResolverMatch:
+    """The proxy's few paths, resolved once each rather than on every request."""
+    return get_resolver().resolve(path)
+
+
+class ProxyHandler(ASGIHandler):
+    def body_limit(self) -> int:
+        """Bytes a request body may have; a handler for uploads may allow more."""
+        return settings.SLUICE_MAX_BODY_BYTES
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        self._middleware_chain = self._respond  # no middleware on the proxy path
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            body_file = await self.read_body(receive, scope)
+        except RequestAborted:
+            return
+        except BodyTooLarge:
+            await self.send_response(_with_request_id(_too_large(self.body_limit())), send)
+            return
+        except BodyTooSlow:
+            await self.send_response(_with_request_id(_too_slow()), send)
+            return
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(_with_request_id(error_response), send)
+            return
+
+        async def respond() -> None:
+            response = _with_request_id(await self._respond(request))
+            try:
+                with contextlib.suppress(asyncio.CancelledError):  # client left mid-answer
+                    await self.send_response(response, send)
+            finally:
+                # What response.close() would do, without its request_finished signal,
+                # whose receivers would close database connections from the event loop
+                # (the proxy holds none there). A stream never started settles here.
+                for closer in response._resource_closers:
+                    closer()
+
+        # Like Django's handler: a client that disconnects cancels the view.
+        listener = asyncio.create_task(self.listen_for_disconnect(receive))
+        worker = asyncio.create_task(respond())
+        try:
+            await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (worker, listener):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted, AssertionError):
+                    await task
+            body_file.close()
+
+    async def read_body(self, receive: Any, scope: dict[str, Any] | None = None) -> Any:
+        limit = self.body_limit()
+        if scope is not None:
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and value.isdigit() and int(value) > limit:
+                    raise BodyTooLarge
+        body_file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - the request owns it
+            max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b"
+        )
+        size = 0
+        try:
+            # A client that announces more than it sends holds a connection and a task:
+            # bounded in time like a slow upload.
+            async with asyncio.timeout(settings.SLUICE_BODY_SECONDS):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise RequestAborted
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLarge
+                    body_file.write(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            body_file.close()
+            raise BodyTooSlow from None
+        except BaseException:
+            body_file.close()
+            raise
+        body_file.seek(0)
+        return body_file
+
+    async def _respond(self, request: Any) -> HttpResponseBase:
+        try:
+            match = _resolve(request.path_info)
+        except Resolver404:
+            return GatewayError(
+                404, f"Unknown endpoint: {request.path}", code="unknown_url"
+            ).response()
+        try:
+            return await match.func(request, *match.args, **match.kwargs)
+        except asyncio.CancelledError:
+            raise
+        except DatabaseError:
+            log.warning("database unavailable on %s %s", request.method, request.path)
+            return database_unavailable().response()
+        except Exception:
+            # Logged with its traceback here; the client gets the shape, never the trace.
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return GatewayError(
+                500, "Sluice hit an internal error.", type="server_error", code="internal_error"
+            ).response()

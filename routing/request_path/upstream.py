@@ -1,0 +1,157 @@
+"""Calls to upstream APIs: one pooled aiohttp session per process (and event loop).
+
+aiohttp rather than httpx: httpx.AsyncClient's pool scans every connection on each request,
+so its CPU per request grows with concurrency; aiohttp's stays flat and several times lower
+(measure with bench/overhead.py against the simulator).
+"""
+
+import asyncio
+import json
+from collections.abc import Mapping
+
+import aiohttp
+
+from routing.catalog.specs import DeploymentSpec
+from routing.request_path.classify import ErrorClass
+from routing.request_path.protocols import anthropic_upstream, responses_upstream
+from routing.request_path.protocols.native import NATIVE_PATHS, native_bytes
+
+_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+
+# Transport failures, as the proxy sees them.
+UpstreamError = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def session() -> aiohttp.ClientSession:
+    loop = asyncio.get_running_loop()
+    found = _sessions.get(loop)
+    if found is None or found.closed:
+        for stale in [old for old in _sessions if old.is_closed()]:
+            del _sessions[stale]
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        # Timeouts are set per request from the upstream's own settings.
+        found = _sessions[loop] = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("User-Agent",),
+        )
+    return found
+
+
+async def close_sessions() -> None:
+    found = _sessions.pop(asyncio.get_running_loop(), None)
+    if found is not None:
+        await found.close()
+
+
+# A client's OpenAI account headers, passed on only to upstreams configured to take them.
+OPENAI_ACCOUNT_HEADERS = ("openai-organization", "openai-project", "openai-beta")
+# A Messages client's protocol headers, passed on with its body to an Anthropic deployment.
+ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
+# What an upstream says about its answer that its SDK reads (OpenAI's `_request_id`,
+# Anthropic's `request-id`), passed back as they came.
+PASSED_BACK = ("x-request-id", "openai-processing-ms", "request-id")  # request-id: Anthropic
+
+
+def account_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    names = OPENAI_ACCOUNT_HEADERS + ANTHROPIC_HEADERS
+    return {name: headers[name] for name in names if headers.get(name)}
+
+
+def passed_back(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: headers[name] for name in PASSED_BACK if name in headers}
+
+
+async def open_response(
+    deployment: DeploymentSpec,
+    path: str,
+    body: bytes,
+    client_headers: Mapping[str, str] | None = None,
+) -> aiohttp.ClientResponse:
+    """Send the request and return once the status and headers are in; the body is read
+    (or streamed) by the caller, who must release the response. `client_headers` (the
+    client's OpenAI account headers) go only to an upstream set to receive them; the
+    client's own Authorization never goes anywhere."""
+    upstream = deployment.upstream
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
+    )
+    native = getattr(body, "native", None)
+    if native is not None and native.kind == upstream.kind:
+        # The client's own protocol: its body as it came, the answer as it comes.
+        return await _post(
+            f"{upstream.base_url}/{NATIVE_PATHS[upstream.kind]}",
+            native_bytes(native, deployment.model),
+            _native_headers(deployment, client_headers or {}),
+            timeout,
+        )
+    if upstream.kind == responses_upstream.KIND:
+        # OpenAI's Responses API for a chat request: translated there and back.
+        chat = json.loads(body)
+        response = await _post(
+            f"{upstream.base_url}/responses",
+            responses_upstream.responses_body(chat),
+            _openai_headers(deployment, client_headers),
+            timeout,
+        )
+        return responses_upstream.ResponsesResponse(response, bool(chat.get("stream")))  # type: ignore[return-value]
+    if upstream.kind == anthropic_upstream.KIND:
+        # Anthropic's Messages API: the chat request translated, the answer read as chat.
+        chat = json.loads(body)
+        response = await _post(
+            f"{upstream.base_url}/messages",
+            anthropic_upstream.messages_body(deployment, chat),
+            anthropic_upstream.messages_headers(deployment),
+            timeout,
+        )
+        stream = bool(chat.get("stream"))
+        return anthropic_upstream.MessagesResponse(response, stream)  # type: ignore[return-value]
+    headers = _openai_headers(deployment, client_headers)
+    return await _post(f"{upstream.base_url}/{path}", body, headers, timeout)
+
+
+def _openai_headers(
+    deployment: DeploymentSpec, client_headers: Mapping[str, str] | None
+) -> dict[str, str]:
+    upstream = deployment.upstream
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    if client_headers and upstream.forward_openai_headers:
+        headers |= {k: v for k, v in client_headers.items() if k in OPENAI_ACCOUNT_HEADERS}
+    if upstream.api_key:
+        headers["authorization"] = f"Bearer {upstream.api_key}"
+    return headers
+
+
+def _native_headers(
+    deployment: DeploymentSpec, client_headers: Mapping[str, str]
+) -> dict[str, str]:
+    """A native call's headers: the upstream's own key (never the client's), and for
+    Anthropic the client's anthropic-version and anthropic-beta as they came."""
+    if deployment.upstream.kind != anthropic_upstream.KIND:
+        return _openai_headers(deployment, client_headers)
+    headers = anthropic_upstream.messages_headers(deployment)
+    headers |= {k: v for k, v in client_headers.items() if k in ANTHROPIC_HEADERS}
+    return headers
+
+
+async def _post(
+    url: str, body: bytes, headers: dict[str, str], limits: aiohttp.ClientTimeout
+) -> aiohttp.ClientResponse:
+    try:
+        return await session().post(url, data=body, headers=headers, timeout=limits)
+    except aiohttp.ServerDisconnectedError:
+        # Closed before any answer: mostly a pooled connection the upstream dropped as we
+        # reused it (its idle timeout is shorter than our pool's: uvicorn's is 5 s), so the
+        # request was never read. Sent again once, not as a failed attempt; a second drop
+        # is the upstream's failure.
+        return await session().post(url, data=body, headers=headers, timeout=limits)
+
+
+def transport_error_class(exc: BaseException) -> ErrorClass:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return ErrorClass.CONNECT_TIMEOUT
+    if isinstance(exc, asyncio.TimeoutError):
+        return ErrorClass.READ_TIMEOUT
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return ErrorClass.MALFORMED  # not HTTP as it should be
+    return ErrorClass.CONNECTION  # refused, reset, or a body cut short (ClientPayloadError)
