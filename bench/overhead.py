@@ -1,6 +1,7 @@
 """What Sluice adds to a call, side by side with calling the simulator directly, in one run.
 
     .venv/bin/python bench/overhead.py [--seconds 10] [--concurrency 64] [--workers 1]
+                                       [--only SECTION] [--baseline REF]
 
 Starts two simulators (zero latency, and 100 ms latency), a gateway under uvicorn on a
 throw-away SQLite database, then prints:
@@ -12,6 +13,9 @@ throw-away SQLite database, then prints:
   - protocols: the gateway's CPU per call for each pair of client and upstream protocol
     (chat, Messages, Responses): translated both ways when they differ, passed through when
     they are the same, side by side with OpenAI on both sides.
+  - with `--baseline REF` (say `main`), only: a gateway of that git ref and this checkout's,
+    on the same simulators and database, in alternating runs, per kind of call: req/s,
+    CPU ms per call and the p99 latency of each, and the change.
 The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process).
 """
 
@@ -210,6 +214,42 @@ def protocols(run: Run, rounds: int = 2) -> None:
     print(f"  ({rounds} alternating runs each)")
 
 
+# label, route, path, extra body fields
+VERSUS = [
+    ("chat", "zero", "/v1/chat/completions", {}),
+    ("chat, streaming", "zero", "/v1/chat/completions", {"stream": True}),
+    ("messages → anthropic", "zero-anthropic", "/v1/messages", {}),
+    ("messages → anthropic, stream", "zero-anthropic", "/v1/messages", {"stream": True}),
+    ("responses → responses", "zero-responses", "/v1/responses", {}),
+    ("chat, 100 ms upstream", "slow", "/v1/chat/completions", {}),
+]
+
+
+def versus(run: Run, baseline: Run, ref: str, rounds: int = 2) -> None:
+    """This checkout against a baseline gateway, call kind by call kind, in alternation (drift
+    on a shared machine falls on both alike)."""
+    print(f"\nVersus {ref} (same simulators and database; {rounds} alternating runs each)")
+    print(
+        f"  {'':30}{'req/s before':>13}{'after':>8}{'CPU ms before':>15}{'after':>8}"
+        f"{'p99 ms before':>15}{'after':>8}{'CPU':>8}"
+    )
+    for label, route, path, extra in VERSUS:
+        results = {"before": LoadResult(), "after": LoadResult()}
+        cpu: dict[str, list[float]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            for side, r in (("before", baseline), ("after", run)):
+                result, ms = r.load(r.gateway, route, r.auth(), cpu=True, path=path, **extra)
+                results[side].merge(result)
+                cpu[side].append(ms or 0.0)
+        b, a = (sum(cpu[side]) / rounds for side in ("before", "after"))
+        print(
+            f"  {label:30}{results['before'].rps():13.0f}"
+            f"{results['after'].rps():8.0f}{b:15.3f}{a:8.3f}"
+            f"{results['before'].percentile(99):15.1f}{results['after'].percentile(99):8.1f}"
+            f"{(a - b) / b * 100 if b else 0:+7.1f}%"
+        )
+
+
 LIMITS = {
     "--rpm": "1000000",
     "--tpm": "1000000000",
@@ -259,6 +299,9 @@ def main() -> None:
         choices=["ceiling", "overhead", "limits", "protocols"],
         help="run one section (and its baseline)",
     )
+    parser.add_argument(
+        "--baseline", help="git ref (say main) to compare this checkout with, side by side"
+    )
     args = parser.parse_args()
     wanted = {args.only} if args.only else {"ceiling", "overhead", "limits", "protocols"}
 
@@ -281,8 +324,13 @@ def main() -> None:
         )
         client_cpu = resource.getrusage(resource.RUSAGE_SELF)
         run = Run(s, gw_port, zero_port, slow_port, key, pids, c, secs)
+        if args.baseline:
+            before, before_pids = s.gateway(workers=args.workers, source=s.checkout(args.baseline))
+            before_port = int(before.rsplit(":", 1)[1])
+            baseline = Run(s, before_port, zero_port, slow_port, key, before_pids, c, secs)
+            versus(run, baseline, args.baseline)
         for section in (ceiling, overhead, limits, protocols):
-            if section.__name__ in wanted:
+            if section.__name__ in wanted and not args.baseline:
                 section(run)
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime - client_cpu.ru_utime + used.ru_stime - client_cpu.ru_stime
