@@ -218,19 +218,32 @@ def member_keys_outside_team_revoke(*, actor: Actor, member: Member) -> int:
         application__team_id=member.team_id
     )
     for key in live.select_related("application"):
-        with recorded_change(
+        _revoke(
+            key,
             actor=actor,
-            action="key.revoke",
-            obj=key,
-            snapshot=_key_snapshot,
-            object_type="key",
             team_id=key.application.team_id,
-        ) as change:
-            key.revoked_at = now
-            key.save(update_fields=["revoked_at"])
-            change.note = {"reason": "member moved to another team"}
+            at=now,
+            note={"reason": "member moved to another team"},
+        )
         revoked += 1
     return revoked
+
+
+def _revoke(
+    key: ApiKey, *, actor: Actor, team_id: int, at: datetime, note: dict[str, Any] | None = None
+) -> None:
+    """Revoke `key` now, in the admin actions log of team `team_id`."""
+    with recorded_change(
+        actor=actor,
+        action="key.revoke",
+        obj=key,
+        snapshot=_key_snapshot,
+        object_type="key",
+        team_id=team_id,
+    ) as change:
+        key.revoked_at = at
+        key.save(update_fields=["revoked_at"])
+        change.note = note or {}
 
 
 _KEY_FIELDS = ("name", "member", "application", "expires_at", "revoked_at")
@@ -343,16 +356,7 @@ def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
         raise AccountError(f"no key with prefix {prefix!r}")
     policy.key_change_check(actor=actor, member_id=key.member_id, team_id=key.member.team_id)
     if key.revoked_at is None:
-        with recorded_change(
-            actor=actor,
-            action="key.revoke",
-            obj=key,
-            snapshot=_key_snapshot,
-            object_type="key",
-            team_id=key.member.team_id,
-        ):
-            key.revoked_at = timezone.now()
-            key.save(update_fields=["revoked_at"])
+        _revoke(key, actor=actor, team_id=key.member.team_id, at=timezone.now())
     return key
 
 
