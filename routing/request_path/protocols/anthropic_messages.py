@@ -20,6 +20,7 @@ from routing.request_path.payloads import (
     parse_body,
 )
 from routing.request_path.protocols import ClientProtocol, Degrade
+from routing.request_path.protocols.chat_chunks import ChatChunks
 
 API_VERSION = "2023-06-01"
 # A chat request need not say how long the answer may be; a Messages request must.
@@ -853,30 +854,14 @@ class ChatToMessagesStream:
         return out + sse("message_delta", delta) + sse("message_stop", {"type": "message_stop"})
 
 
-class MessagesToChatStream:
+class MessagesToChatStream(ChatChunks):
     """Messages stream events (parsed `data:` objects) → chat stream chunks (bytes)."""
 
     def __init__(self) -> None:
-        self.id = ""
-        self.model = ""
-        self.created = int(time.time())
+        super().__init__()
         self.usage: dict[str, Any] = {}
         self.tools: dict[int, int] = {}  # block index → chat tool call index
         self.done = False
-
-    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            **extra,
-        }
-        return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-
-    def _delta(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return self._chunk([{"index": 0, "delta": delta, "finish_reason": finish}])
 
     def feed(self, event: dict[str, Any]) -> bytes:
         kind = event.get("type")

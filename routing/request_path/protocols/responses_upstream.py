@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from core.errors import json_object
+from routing.request_path.protocols.chat_chunks import ChatChunks
 from routing.request_path.protocols.native import RESPONSES_KIND
 from routing.request_path.protocols.openai_responses import chat_request_to_responses
 from routing.request_path.stream_tap import data_of
@@ -99,28 +100,12 @@ def response_to_completion(response: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class ResponsesToChatStream:
+class ResponsesToChatStream(ChatChunks):
     """Responses stream events (parsed `data:` objects) → chat stream chunks (bytes)."""
 
     def __init__(self) -> None:
-        self.id = ""
-        self.model = ""
-        self.created = int(time.time())
+        super().__init__()
         self.calls: dict[int, int] = {}  # output index → chat tool call index
-
-    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            **extra,
-        }
-        return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-
-    def _delta(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return self._chunk([{"index": 0, "delta": delta, "finish_reason": finish}])
 
     def feed(self, event: dict[str, Any]) -> bytes:
         kind = event.get("type")
