@@ -1,5 +1,6 @@
 """Sortable, paged tables: `?sort=column` (or `-column`) and `?page=N`, one shape for
-every console list. Only declared columns sort, on the database field each names."""
+every console list. Only declared columns sort, on the database field each names (or, for a
+list of computed rows, the attribute)."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,15 @@ class Table:
         return self.page_url(self.page.next_page_number()) if self.page.has_next() else None
 
 
+def _ordered(rows: Any, field: str, tiebreak: str, *, descending: bool) -> Any:
+    """A queryset ordered by the database; a list (rows already computed, e.g. grouped in
+    Python) by the attributes of the same names."""
+    if hasattr(rows, "order_by"):
+        sign = "-" if descending else ""
+        return rows.order_by(sign + field, sign + tiebreak)
+    return sorted(rows, key=lambda r: (getattr(r, field), getattr(r, tiebreak)), reverse=descending)
+
+
 def table(
     request: HttpRequest,
     queryset: Any,
@@ -64,9 +74,7 @@ def table(
         sort = default_sort
     column = by_key[sort.lstrip("-")]
     descending = sort.startswith("-")
-    order = ("-" if descending else "") + column.order_by  # type: ignore[operator]
-    tie = ("-" if descending else "") + tiebreak
-    ordered = queryset.order_by(order, tie)
+    ordered = _ordered(queryset, column.order_by, tiebreak, descending=descending)  # type: ignore[arg-type]
     paginator = Paginator(ordered, per_page)
     page = paginator.get_page(request.GET.get("page"))
     query = {k: v for k, v in request.GET.items() if k not in ("sort", "page")}

@@ -20,6 +20,7 @@ from accounts.selectors import (
 )
 from console.access import console_view, viewer_of
 from console.csv_export import csv_stream
+from console.tables import Column, table
 from reports.call_explorer import (
     CSV_COLUMNS,
     CallFilter,
@@ -32,6 +33,17 @@ from reports.call_explorer import (
 )
 from reports.usage import team_zone
 from routing.models import Outcome, Upstream
+
+# Which agents call what: grouped in Python (by the user agent's product), sorted and paged
+# like every console table.
+AGENT_COLUMNS = [
+    Column("agent", "Agent", "agent"),
+    Column("route", "Route", "route"),
+    Column("client_protocol", "Client → upstream protocol", "client_protocol"),
+    Column("calls", "Calls", "calls"),
+    Column("failed", "Failed", "failed"),
+    Column("degraded", "Degraded", "degraded"),
+]
 
 FILTER_PARAMS = (
     "since",
@@ -48,6 +60,7 @@ FILTER_PARAMS = (
     "fell_back",
     "min_latency",
     "client_protocol",
+    "upstream_protocol",
     "user_agent",
 )
 
@@ -110,6 +123,7 @@ def parse_filters(params: Any, viewer: Viewer, zone: ZoneInfo) -> CallFilter:
         fell_back=_yes_no(p["fell_back"], "fell back"),
         min_latency_ms=min_latency,
         client_protocol=p["client_protocol"],
+        upstream_protocol=p["upstream_protocol"],
         user_agent=p["user_agent"],
     )
 
@@ -146,7 +160,10 @@ def call_list(request: HttpRequest) -> HttpResponse:
         if params.get("view") == "agents":  # which agents call what, for the same filters
             query = {k: params[k] for k in FILTER_PARAMS if params.get(k)}
             agents = agents_calling(viewer=viewer, filters=filters)
-            context |= {"agents": agents, "filter_query": query}
+            agents_table = table(
+                request, agents, AGENT_COLUMNS, default_sort="-calls", tiebreak="agent"
+            )
+            context |= {"agents": agents, "table": agents_table, "filter_query": query}
             return render(request, "console/calls/list.html", context)
         page = call_page(viewer=viewer, filters=filters, cursor=params.get("cursor") or None)
     except ExplorerError as exc:

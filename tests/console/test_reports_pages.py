@@ -4,6 +4,7 @@ each may open, what each sees (scope), 404 for a call out of scope, the CSV down
 
 import csv
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -249,6 +250,33 @@ def test_a_call_page_shows_protocols_what_was_degraded_and_the_agent(people):
     listed = client.get("/calls/?since=&user_agent=codex_exec").content.decode()
     assert log.request_id in listed
     assert log.request_id not in client.get("/calls/?since=&user_agent=claude-cli").content.decode()
+    by_upstream = client.get("/calls/?since=&upstream_protocol=openai").content.decode()
+    assert log.request_id in by_upstream
+    assert 'data-testid="filter-upstream-protocol"' in by_upstream
+    elsewhere = client.get("/calls/?since=&upstream_protocol=anthropic").content.decode()
+    assert log.request_id not in elsewhere
     grouped = client.get("/calls/?since=&view=agents").content.decode()
     assert 'data-testid="agent-row"' in grouped and "<code>codex_exec</code>" in grouped
     assert "openai-responses → openai" in grouped
+
+
+def test_the_agents_view_sorts_and_pages_like_every_table(people):
+    now = timezone.now() - timedelta(minutes=1)
+    logs = []
+    for i, agent in enumerate(["zeta-cli/1", "alpha-cli/1", "mid-cli/1"]):
+        for _ in range(i + 1):  # zeta 1 call, alpha 2, mid 3
+            log = call(people.keys["member"], now)
+            log.user_agent = agent
+            logs.append(log)
+    write(logs)
+    client = _client(people, "member")
+
+    def agents(query: str) -> list[str]:
+        body = client.get(f"/calls/?since=&view=agents{query}").content.decode()
+        return re.findall(r'data-testid="agent-row"><td><code>([^<]+)</code>', body)
+
+    assert agents("") == ["mid-cli", "alpha-cli", "zeta-cli"]  # most calls first
+    assert agents("&sort=agent") == ["alpha-cli", "mid-cli", "zeta-cli"]
+    assert agents("&sort=-agent") == ["zeta-cli", "mid-cli", "alpha-cli"]
+    body = client.get("/calls/?since=&view=agents").content.decode()
+    assert 'data-testid="sort-agent"' in body and "view=agents" in body
