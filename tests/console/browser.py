@@ -104,11 +104,18 @@ class Console:
         self.wait(lambda d: "/login/" not in d.current_url, f"log in as {role}")
 
     def wait(self, condition: Any, what: str, timeout: float = 10.0) -> Any:
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+        )
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(
-            condition, message=f"waiting for: {what}"
-        )
+        # The board and the alerts swap their rows in place every few seconds: an element
+        # found a moment ago may be gone by the time it is read; the condition runs again.
+        ignored = (NoSuchElementException, StaleElementReferenceException)
+        return WebDriverWait(
+            self.driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored
+        ).until(condition, message=f"waiting for: {what}")
 
     def by_id(self, element_id: str) -> Any:
         from selenium.webdriver.common.by import By

@@ -141,8 +141,10 @@ def test_admin_drains_a_deployment_and_the_board_shows_it_without_a_reload(
     # One screen shows the overview (a member watching the board)...
     console.login("member")
     console.open("/")
-    row = console.wait(lambda d: d.find_element(By.CSS_SELECTOR, row_css), "the drill's row")
-    assert "in service" in row.text
+    console.wait(
+        lambda d: "in service" in d.find_element(By.CSS_SELECTOR, row_css).text,
+        "the drill's row, in service",
+    )
     console.driver.execute_script("window.__sluiceNoReload = true;")
 
     # ...while the admin drains the deployment in their own browser.
@@ -168,7 +170,10 @@ def test_admin_drains_a_deployment_and_the_board_shows_it_without_a_reload(
     assert console.driver.execute_script("return window.__sluiceNoReload === true;"), (
         "the page was reloaded: the board must refresh itself"
     )
-    assert "browser drill" in console.driver.find_element(By.CSS_SELECTOR, row_css).text
+    console.wait(
+        lambda d: "browser drill" in d.find_element(By.CSS_SELECTOR, row_css).text,
+        "the drain's reason on the board",
+    )
 
     # Undrain, and the board follows again.
     mine = admin.wait(
