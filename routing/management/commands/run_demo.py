@@ -181,7 +181,7 @@ for Codex, each native first (Messages / Responses passed through) then big -> s
     ANTHROPIC_MODEL=claude-agent ANTHROPIC_DEFAULT_HAIKU_MODEL=claude-agent claude
   Codex: a provider with base_url = "{base}/v1", wire_api = "responses", env_key holding
     the key, and model = "codex-agent" (README shows the config.toml block).
-A batch runner runs the Batch API (/v1/files, /v1/batches; see README);
+A batch runner runs the Batch API (/v1/files, /v1/batches; see docs/batch.md);
 `manage.py batch_status` lists batches.
 Ctrl-C stops everything.
 """)
