@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from simulator.wire import Receive, Send, json_bytes, json_headers, read_body, transport_of
+from simulator.chat_rewrite import ChatRewrite
+from simulator.wire import Receive, Send, json_bytes, json_headers, read_body
 
 OVERLOADED_MESSAGE = "Overloaded"
 # OpenAI-shaped status → (status, Anthropic error type) of what the client gets.
@@ -106,53 +107,16 @@ def message_of(chat: dict[str, Any], thinking: bool = False) -> dict[str, Any]:
     }
 
 
-class MessagesOut:
-    """Wraps the server's `send`: chat answers out as Messages ones. Its `send` is a bound
-    method whose object has the server's transport, so dropped-connection faults still
-    reach it (simulator.wire.transport_of)."""
+class MessagesOut(ChatRewrite):
+    """Wraps the server's `send`: chat answers out as Messages ones."""
 
     def __init__(self, send: Send, thinking: bool = False) -> None:
-        self._send = send
-        self.transport = transport_of(send)
+        super().__init__(send)
         self._thinking = thinking
-        self._status = 200
-        self._headers: list = []
-        self._stream = False
-        self._buffer = b""
-        self._body = b""
         self._started = False
         self._finish = "stop"
         self._block = -1  # index of the open content block
         self._open = ""  # its type ("" : none open)
-
-    async def send(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            self._status = message["status"]
-            self._headers = message.get("headers", [])
-            self._stream = self._status == 200 and any(
-                v.startswith(b"text/event-stream") for _, v in self._headers
-            )
-            if self._stream:
-                await self._send(message)
-            return
-        body, more = message.get("body", b""), message.get("more_body", False)
-        if self._stream:
-            out = self._events(body)
-            if out or not more:
-                await self._send({"type": "http.response.body", "body": out, "more_body": more})
-            return
-        self._body += body
-        if not more:
-            status, out = self._answer(self._body)
-            kept = [(k, v) for k, v in self._headers if k.startswith(b"retry-after")]
-            await self._send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": json_headers(out, kept),
-                }
-            )
-            await self._send({"type": "http.response.body", "body": out})
 
     def _answer(self, body: bytes) -> tuple[int, bytes]:
         try:
@@ -168,22 +132,8 @@ class MessagesOut:
             message = OVERLOADED_MESSAGE
         return status, anthropic_error(status, kind, message)
 
-    def _events(self, body: bytes) -> bytes:
-        events = (self._buffer + body).split(b"\n\n")
-        self._buffer = events.pop()
-        out = []
-        for event in events:
-            data = event.removeprefix(b"data: ")
-            if data == b"[DONE]":
-                out.append(_event("message_stop", {"type": "message_stop"}))
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                out.append(event + b"\n\n")  # the `garbage` fault's line, as it was
-                continue
-            out.append(self._chunk(chunk))
-        return b"".join(out)
+    def _done(self) -> bytes:
+        return _event("message_stop", {"type": "message_stop"})
 
     def _start_block(self, block: dict[str, Any]) -> bytes:
         out = self._stop_block()

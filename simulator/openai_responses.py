@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from simulator.wire import Receive, Send, json_bytes, json_headers, read_body, transport_of
+from simulator.chat_rewrite import ChatRewrite
+from simulator.wire import Receive, Send, json_bytes, json_headers, read_body
 
 
 def chat_request(req: dict[str, Any]) -> dict[str, Any]:
@@ -97,78 +98,29 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"event: " + data["type"].encode() + b"\ndata: " + json_bytes(data) + b"\n\n"
 
 
-class ResponsesOut:
+class ResponsesOut(ChatRewrite):
     """Wraps the server's `send`: chat answers out as Responses ones (see MessagesOut)."""
 
     def __init__(self, send: Send) -> None:
-        self._send = send
-        self.transport = transport_of(send)
-        self._status = 200
-        self._headers: list = []
-        self._stream = False
-        self._buffer = b""
-        self._body = b""
+        super().__init__(send)
         self._sequence = 0
         self._chat: dict[str, Any] = {}  # the answer so far, as a chat completion
         self._text = ""
         self._calls: list[dict[str, Any]] = []
 
-    async def send(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            self._status = message["status"]
-            self._headers = message.get("headers", [])
-            self._stream = self._status == 200 and any(
-                v.startswith(b"text/event-stream") for _, v in self._headers
-            )
-            if self._stream:
-                await self._send(message)
-            return
-        body, more = message.get("body", b""), message.get("more_body", False)
-        if self._stream:
-            out = self._events(body)
-            if out or not more:
-                await self._send({"type": "http.response.body", "body": out, "more_body": more})
-            return
-        self._body += body
-        if not more:
-            out = self._body
-            try:
-                payload = json.loads(out)
-            except ValueError:
-                payload = None
-            if self._status == 200 and isinstance(payload, dict) and "choices" in payload:
-                out = json_bytes(response_of(payload))
-            kept = [(k, v) for k, v in self._headers if k.startswith(b"retry-after")]
-            await self._send(
-                {
-                    "type": "http.response.start",
-                    "status": self._status,
-                    "headers": json_headers(out, kept),
-                }
-            )
-            await self._send({"type": "http.response.body", "body": out})
+    def _answer(self, body: bytes) -> tuple[int, bytes]:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return self._status, body
+        if self._status == 200 and isinstance(payload, dict) and "choices" in payload:
+            return 200, json_bytes(response_of(payload))
+        return self._status, body
 
     def _event(self, kind: str, **data: Any) -> bytes:
         event = {"type": kind, "sequence_number": self._sequence, **data}
         self._sequence += 1
         return _sse(event)
-
-    def _events(self, body: bytes) -> bytes:
-        events = (self._buffer + body).split(b"\n\n")
-        self._buffer = events.pop()
-        out = []
-        for event in events:
-            data = event.removeprefix(b"data: ")
-            if data == b"[DONE]":
-                out.append(self._finish())
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                out.append(event + b"\n\n")  # the `garbage` fault's line, as it was
-                continue
-            out.append(self._chunk(chunk))
-        return b"".join(out)
 
     def _chunk(self, chunk: dict[str, Any]) -> bytes:
         out = b""
@@ -208,7 +160,7 @@ class ResponsesOut:
             self._chat["usage"] = chunk["usage"]
         return out
 
-    def _finish(self) -> bytes:
+    def _done(self) -> bytes:
         out = b""
         suffix = str(self._chat.get("id", "")).removeprefix("chatcmpl-")
         index = 0
