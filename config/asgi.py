@@ -27,6 +27,7 @@ from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
 from routing.observability.audit import audit_writer  # noqa: E402
 from routing.observability.capacity_alert import capacity_alert_loop  # noqa: E402
+from routing.observability.loop_lag import loop_lag_probe  # noqa: E402
 from routing.observability.metrics import (  # noqa: E402
     metrics_allowed,
     metrics_push_loop,
@@ -92,6 +93,7 @@ class Application:
                 loop = asyncio.get_running_loop()
                 # Every worker runs it; a Redis lock lets one of them evaluate each round.
                 self._background.append(loop.create_task(capacity_alert_loop()))
+                self._background.append(loop.create_task(loop_lag_probe()))
                 if settings.REDIS_URL:
                     self._background.append(loop.create_task(metrics_push_loop()))
                 await send({"type": "lifespan.startup.complete"})
