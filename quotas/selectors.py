@@ -306,6 +306,44 @@ def budget_forecasts(
     return out
 
 
+@dataclass(frozen=True)
+class BudgetForecast:
+    limit: Limit
+    scope: str
+    name: str
+    budget_field: str  # cost_per_month | tokens_per_month
+    forecast: Forecast
+
+    @property
+    def money(self) -> bool:
+        return self.budget_field == "cost_per_month"
+
+
+def budget_forecasts_visible_to(
+    viewer: Viewer, *, count: int = 10, now: float | None = None
+) -> list[BudgetForecast]:
+    """The viewer's monthly budgets (the limits they may see) with their forecasts, the
+    closest to running out first (then those without enough data); at most `count` of
+    the BUDGET_SCAN most recently changed limits with a monthly budget."""
+    limits = list(
+        limits_visible_to(viewer)
+        .select_related("api_key__application__team")
+        .filter(Q(cost_per_month__isnull=False) | Q(tokens_per_month__isnull=False))
+        .order_by("-updated_at", "-id")[:BUDGET_SCAN]
+    )
+    forecasts = budget_forecasts(limits, now=now)
+    found = [
+        BudgetForecast(limit, limit.scope, limit_target_name(limit), name, forecast)
+        for limit in limits
+        for name, forecast in forecasts.get(limit.pk, {}).items()
+    ]
+    found.sort(key=lambda b: -(b.forecast.share if b.forecast.share is not None else -1.0))
+    return found[:count]
+
+
+BUDGET_SCAN = 200
+
+
 def _series_id(limit: Limit) -> Any:
     """The rollup column value a limit's usage is filed under (a key's prefix, else the id)."""
     return limit.api_key.prefix if limit.scope == Scope.KEY else _target_id(limit)
