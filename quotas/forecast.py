@@ -33,6 +33,7 @@ INSUFFICIENT = "insufficient"  # not enough data yet
 
 @dataclass(frozen=True)
 class Forecast:
+    period_start: date  # the first day of the period projected
     spent: float  # in the period so far, today included
     budget: float | None
     basis: str  # RECENT | WEEKDAY | INSUFFICIENT
@@ -97,7 +98,13 @@ def forecast_spend(
     first = min((d for d, v in daily.items() if v > 0 and d < today), default=None)
     history_days = (today - first).days if first is not None else 0
     if history_days < MIN_DAYS:
-        return Forecast(spent=spent, budget=budget, basis=INSUFFICIENT, days_used=history_days)
+        return Forecast(
+            period_start=period_start,
+            spent=spent,
+            budget=budget,
+            basis=INSUFFICIENT,
+            days_used=history_days,
+        )
 
     def whole_days(count: int) -> list[date]:
         n = min(count, history_days)
@@ -125,6 +132,7 @@ def forecast_spend(
             runs_out = day
         day, share_left = day + timedelta(days=1), 1.0
     return Forecast(
+        period_start=period_start,
         spent=spent,
         budget=budget,
         basis=basis,
