@@ -80,7 +80,7 @@ def usage(request: HttpRequest) -> HttpResponse:
                 "cost": sum(d.cost for d in days),
             },
             "peak_calls": max((d.calls for d in days), default=0),
-            "limits": limit_rows(list(limits_of_member(member))),
+            "limits": limit_rows(list(limits_of_member(member)), forecast=True),
             "calls": list(recent_calls(viewer=viewer, member_id=member.pk, limit=50)),
         }
     return render(request, "console/usage.html", context)

@@ -56,9 +56,7 @@ def _forecast_cells(html: str) -> dict[tuple[str, str], str]:
     for m in re.finditer(
         r'data-testid="limit-row" data-scope="(\w+)" data-name="([^"]+)">(.*?)</tr>', html, re.S
     ):
-        cell = re.search(
-            r'<td data-testid="forecast">(.*?)</td>\s*<td data-testid="meter', m[3], re.S
-        )
+        cell = re.search(r'<td data-testid="forecast">(.*?)</td>\s*<td', m[3], re.S)
         assert cell, m[0]
         cells[(m[1], m[2])] = cell[1]
     return cells
@@ -116,6 +114,14 @@ def test_overview_lists_the_budgets_each_role_may_see(budget_world, role):
     assert rows == {names[n] for n in SEES[role]}
     if "rival" in SEES[role]:
         assert "not enough data yet" in section
+
+
+def test_my_usage_shows_the_forecasts_of_the_members_own_limits(budget_world):
+    html = _client(budget_world, "member").get("/usage/").content.decode()
+    cells = _forecast_cells(html)
+    names = _names(budget_world)
+    assert set(cells) == {names["home"], names["alice"]}
+    assert "$3.00/day" in cells[names["alice"]] and "$5.00/day" in cells[names["home"]]
 
 
 def test_overview_without_budgets_says_so(db):
