@@ -4,6 +4,7 @@ repeat), with the in-process store and with the Redis one several workers share.
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -183,3 +184,47 @@ def test_workers_sharing_redis_send_each_message_once(receiver, settings):
         _alert_cycle(limit, [first, second], receiver, settings, pause=0.05)
     finally:
         first._redis.delete(f"{prefix}:budget_alert:lock", f"{prefix}:budget_alert:levels")
+
+
+def test_the_gateways_lifespan_runs_the_alert_once_across_workers(
+    e2e_database, receiver, committed_db
+):
+    """uvicorn (two workers on Redis) evaluates every 0.3 s: one alert, one clear, no
+    repeat, for a budget whose data the test changes under it."""
+    from tests.support import free_port, start_process, stop_process, wait_until
+
+    tag = uuid.uuid4().hex[:6]
+    limit = _member_spending(f"e2e-{tag}")
+    email = limit.member.user.email
+    port = free_port()
+    workers = 2 if os.environ.get("REDIS_URL") else 1
+    env = os.environ | {
+        "DATABASE_URL": e2e_database,
+        "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
+        "SLUICE_REDIS_PREFIX": f"test-{tag}",
+        "SLUICE_BUDGET_ALERT_WEBHOOK_URL": receiver,
+        "SLUICE_BUDGET_ALERT_EVERY_SECONDS": "0.3",
+    }
+    args = ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
+    uvicorn = [sys.executable, "-m", "uvicorn", "config.asgi:application", *args]
+    proc = start_process(
+        [*uvicorn, "--no-access-log", "--log-level", "warning"],
+        url=f"http://127.0.0.1:{port}/healthz",
+        env=env,
+    )
+
+    def mine(word: str) -> list[str]:
+        texts = [m["body"]["text"] for m in _Receiver.messages]
+        return [t for t in texts if f"`{email}`" in t and word in t]
+
+    try:
+        wait_until(lambda: mine(":warning:"), timeout=15)
+        limit.cost_per_month = 1000
+        limit.save()
+        wait_until(lambda: mine(":white_check_mark:"), timeout=15)
+        time.sleep(1.5)  # more rounds of every worker: still one message of each
+        assert len(mine(":warning:")) == 1 and len(mine(":white_check_mark:")) == 1
+    finally:
+        stop_process(proc)
+        UsageRollup.objects.filter(member_id=limit.member_id).delete()
+        limit.member.user.delete()
