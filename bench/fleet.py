@@ -12,7 +12,7 @@ through HAProxy: 20 % interactive, 80 % batch, from four members and one member 
 has a monthly token budget that the run spends. For each fault, while calls arrive:
 
   none            nothing happens (the fleet's baseline)
-  host killed     kill -9 of every process of one host (it is started again after)
+  host killed     kill -9 of every process of one host (started again 3 s later)
   host cut off    one host's link down for 5 s: no Redis, PostgreSQL, upstream or client
   Redis failover  kill -9 of the Redis primary: Sentinel promotes the replica
   PgBouncer       PgBouncer stopped and started again after 2 s
@@ -425,7 +425,10 @@ def run(
     while audited < len(answered) and time.monotonic() < deadline:
         time.sleep(0.5)
         audited = _audited(f, answered)
-    interactive = [r for r in results if r.arrival.priority == "interactive"]
+    # The budgeted member's refusals are its budget holding, not priority failing.
+    interactive = [
+        r for r in results if r.arrival.priority == "interactive" and r.arrival.member != "budget"
+    ]
     last = max((r.ended for r in failed), default=None)
     return Row(
         fault=fault,
@@ -456,7 +459,7 @@ def print_rows(title: str, rows: list[Row]) -> None:
     print(
         "  (failed: no answer from a gateway; after: of those, calls that arrived after the "
         "fault began;\n   budget: tokens admitted for the budgeted key / its budget; last "
-        "failure: after the fault began)"
+        "failure: after the fault began;\n   interactive: of the members without a budget)"
     )
 
 
@@ -524,9 +527,15 @@ def _faults(f: Fleet) -> list[tuple[str, Callable[[], object] | None]]:
         await asyncio.sleep(2)
         await asyncio.to_thread(f.start_pgbouncer)
 
+    async def kill_host() -> None:
+        index = 1 % len(f.net.hosts)
+        f.net.kill_all(index)
+        await asyncio.sleep(3)  # then started again, as systemd would: it claims the spool
+        f.start_host(index)
+
     return [
         ("none", None),
-        ("host killed", lambda: f.net.kill_all(1 % len(f.net.hosts))),
+        ("host killed", kill_host),
         ("host cut off", cut_off),
         ("Redis failover", failover),
         ("PgBouncer", bounce),
@@ -555,9 +564,8 @@ def fleet_tables(
             time.sleep(0.5)
             rows.append(run(f, url, keys, name, action, budget_prefix=prefix,
                             budget_tokens=budget, **shape))  # fmt: skip
-            if name == "host killed":  # back for the next fault
-                f.start_host(1 % hosts)
-                wait_for(lambda: f.host_ready(1 % hosts), 60, "the killed host, started again")
+            for index in range(hosts):  # every host back before the next fault
+                wait_for(lambda i=index: f.host_ready(i), 60, f"host {index} after {name}")
         one = f.start_haproxy([0])
         prefix, budget = new_budget(f, keys, per_call)
         single = run(f, one, keys, "none", None, budget_prefix=prefix, budget_tokens=budget,
