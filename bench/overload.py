@@ -48,8 +48,8 @@ gateway from that git ref, in one run:
   offered load 1x … 10x the provider's capacity, the deployment sized right (8) and 4x too
   large (32): interactive and batch served, inversions (an interactive call not served
   while a batch call that arrived after it got a slot), goodput (calls served a second
-  while calls arrive, against the provider's capacity), 502s, attempts cut by a deadline, Retry-After
-  of refused batch calls, and the share of those served when they came back then.
+  while calls arrive, against the provider's capacity), 502s, attempts cut by a deadline,
+  Retry-After of refused batch calls, and the share of those served when they came back then.
 
     .venv/bin/python bench/overload.py --case drop [--seconds 90]
 

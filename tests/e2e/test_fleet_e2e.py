@@ -12,7 +12,7 @@ import pytest
 from tests.support import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-import fleet  # noqa: E402
+import fleet
 
 
 def _skip_reason() -> str | None:
