@@ -1,16 +1,20 @@
 """ASGI entry point: `config.asgi:application`.
 
-Cheap paths are answered before Django: `/healthz`, `/metrics` (Prometheus,
+Cheap paths are answered before Django: `/healthz` (liveness and readiness, config/health.py),
+`/metrics` (Prometheus,
 routing/observability/metrics.py) and the proxy's `/v1/…` through a lean handler without the
 middleware stack (routing/request_path/proxy_handler.py); the Batch API's `/v1/files` and
 `/v1/batches` through the same handler with a larger upload limit. Everything else (admin, console,
 management API) goes through Django's full handler, its body bounded in size and time
 (config/bounded_handler.py). Lifespan startup starts the capacity and budget alert loops (and,
-with Redis, the metrics push); shutdown writes the audit rows still in memory.
+with Redis, the metrics push) and chains the drain onto the server's SIGTERM
+(config/draining.py); shutdown, once the calls in flight ended or were cut at the drain's bound,
+writes the audit rows still in memory.
 """
 
 import asyncio
 import gc
+import json
 import os
 from typing import Any
 
@@ -25,6 +29,8 @@ from prometheus_client import CONTENT_TYPE_LATEST  # noqa: E402
 from batches.handler import PATHS as BATCH_PATHS  # noqa: E402
 from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
+from config.draining import worker_drain  # noqa: E402
+from config.health import HEALTH_PATHS, LIVE_BODY, is_liveness, readiness  # noqa: E402
 from routing.observability.audit import audit_writer  # noqa: E402
 from routing.observability.budget_alert import budget_alert_loop  # noqa: E402
 from routing.observability.capacity_alert import capacity_alert_loop  # noqa: E402
@@ -43,6 +49,17 @@ _METRICS_REFUSED = {
     403: b'{"error": "/metrics answers loopback clients only (set SLUICE_METRICS_TOKEN)"}',
 }
 _HEALTH_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+_DRAINING_BODY = json.dumps(
+    {
+        "error": {
+            "message": "This Sluice worker is shutting down; retry (another worker answers).",
+            "type": "server_error",
+            "code": "worker_draining",
+            "param": None,
+        }
+    }
+).encode()
+_DRAINING_HEADERS = [*_HEALTH_HEADERS, (b"retry-after", b"1"), (b"connection", b"close")]
 
 
 class Application:
@@ -57,21 +74,44 @@ class Application:
         if kind == "http":
             path = scope["path"]
             if path.startswith("/v1/"):
-                if path.startswith(BATCH_PATHS):
-                    await self.batches(scope, receive, send)
+                if worker_drain.draining:
+                    await _answer(send, 503, _DRAINING_BODY, _DRAINING_HEADERS)
+                    return
+                handler = self.batches if path.startswith(BATCH_PATHS) else self.proxy
+                await self._call(handler, scope, receive, send)
+            elif path in HEALTH_PATHS:
+                if is_liveness(scope):
+                    await _answer(send, 200, LIVE_BODY, _HEALTH_HEADERS)
                 else:
-                    await self.proxy(scope, receive, send)
+                    await _answer(send, *await readiness.answer(), _HEALTH_HEADERS)
             elif path == "/metrics":
                 await self._metrics(scope, send)
-            elif path == "/healthz":
-                await send(
-                    {"type": "http.response.start", "status": 200, "headers": _HEALTH_HEADERS}
-                )
-                await send({"type": "http.response.body", "body": b'{"status":"ok"}'})
             else:
                 await self.django(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    async def _call(self, handler: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A call the drain's bound may cut: cut before its answer began, it is answered 503
+        `worker_draining`; cut mid-answer, its connection is closed (the proxy has recorded
+        it as a client that left)."""
+        started = False
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        with worker_drain.call():
+            try:
+                await handler(scope, receive, tracked_send)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not worker_drain.draining or task is None:
+                    raise
+                task.uncancel()
+                if not started:
+                    await _answer(send, 503, _DRAINING_BODY, _DRAINING_HEADERS)
 
     async def _metrics(self, scope: dict[str, Any], send: Any) -> None:
         status = metrics_allowed(scope)
@@ -96,10 +136,12 @@ class Application:
                 self._background.append(loop.create_task(capacity_alert_loop()))
                 self._background.append(loop.create_task(budget_alert_loop()))
                 self._background.append(loop.create_task(loop_lag_probe()))
+                worker_drain.install(loop)
                 if settings.REDIS_URL:
                     self._background.append(loop.create_task(metrics_push_loop()))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                worker_drain.begin()  # also when stopped another way than by a signal
                 for task in self._background:
                     task.cancel()
                 await audit_writer.flush()
@@ -108,6 +150,11 @@ class Application:
                 await close_sessions()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _answer(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 application = Application()

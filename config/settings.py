@@ -180,6 +180,13 @@ SLUICE_KEY_PREFIXES_RELOAD_SECONDS = float(os.environ.get("SLUICE_KEY_PREFIXES_R
 SLUICE_UNKNOWN_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_UNKNOWN_KEY_CACHE_SECONDS", 30))
 # How long a client may take to send the body it announced (408 after).
 SLUICE_BODY_SECONDS = float(os.environ.get("SLUICE_BODY_SECONDS", 30))
+# SIGTERM drains a worker (config/draining.py): readiness says 503 at once, calls still
+# running this many seconds later are cut, then the process writes its audit rows and exits.
+SLUICE_DRAIN_SECONDS = float(os.environ.get("SLUICE_DRAIN_SECONDS", 30))
+# Readiness (/healthz, config/health.py): how long the database and Redis may take to
+# answer, and how long one result serves every probe.
+SLUICE_HEALTH_TIMEOUT_SECONDS = float(os.environ.get("SLUICE_HEALTH_TIMEOUT_SECONDS", 1))
+SLUICE_HEALTH_CACHE_SECONDS = float(os.environ.get("SLUICE_HEALTH_CACHE_SECONDS", 1))
 # Audit rows are written in batches off the request path.
 SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
 # Where each worker spools the calls it has not written yet ("" : nowhere), so a worker

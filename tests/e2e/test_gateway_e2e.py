@@ -1,6 +1,7 @@
 """The gateway as a user runs it: uvicorn, the official openai SDK, the simulator upstream."""
 
 import json
+import os
 import time
 from collections.abc import Iterator
 
@@ -9,6 +10,8 @@ import openai
 import pytest
 
 from tests.support import GatewayHandle, SimulatorHandle, wait_until
+
+REDIS = bool(os.environ.get("REDIS_URL"))
 
 MESSAGES = [{"role": "user", "content": "Say hello to the team."}]
 
@@ -332,4 +335,7 @@ def test_wrong_method_and_unknown_path_answer_in_openai_shape(gateway):
 
 def test_health_check_answers_without_a_key(gateway):
     response = httpx.get(f"{gateway.url}/healthz")
-    assert response.json() == {"status": "ok"}
+    checks = {"worker": "ok", "database": "ok"} | ({"redis": "ok"} if REDIS else {})
+    assert (response.status_code, response.json()) == (200, {"status": "ok", "checks": checks})
+    live = httpx.get(f"{gateway.url}/healthz/live")
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})

@@ -1,0 +1,108 @@
+"""What a load balancer asks a worker: is it alive, and should it get calls.
+
+Liveness (`/healthz/live`, `/healthz?live`) is 200 while the process answers. Readiness
+(`/healthz`, `/healthz/ready`) is 503 while the worker drains (config/draining.py), or when
+the database or Redis (with `REDIS_URL`) does not answer within
+`SLUICE_HEALTH_TIMEOUT_SECONDS`; the body names each check and what failed (an error's
+class, never its message: a message may name hosts or users). Checks never block the event
+loop: the database is asked from a thread of its own, Redis with the async client, and one
+result serves every probe for `SLUICE_HEALTH_CACHE_SECONDS`, however many arrive.
+"""
+
+import asyncio
+import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from config.draining import worker_drain
+
+OK = "ok"
+
+
+def _ask_database() -> None:
+    """SELECT 1 on this thread's connection, handed back (to the pool) after: a probe that
+    holds a connection between checks would take one from the calls."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    finally:
+        connection.close()
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return f"error: {type(exc).__name__}"
+
+
+class Readiness:
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-health")
+        self._database: Future[None] | None = None  # the query still running, if one is
+        self._checked_at = -1e9
+        self._checks: dict[str, str] = {}
+        self._running: asyncio.Task[dict[str, str]] | None = None
+
+    async def _check_database(self) -> str:
+        # A query that hangs keeps the thread: later probes report it instead of queueing.
+        if self._database is None or self._database.done():
+            self._database = self._executor.submit(_ask_database)
+        try:
+            await asyncio.wait_for(
+                asyncio.wrap_future(self._database), settings.SLUICE_HEALTH_TIMEOUT_SECONDS
+            )
+        except Exception as exc:  # whatever the driver raised: reported, never raised
+            return _failure(exc)
+        return OK
+
+    async def _check_redis(self) -> str:
+        from core.redis_client import redis_client
+
+        try:
+            async with asyncio.timeout(settings.SLUICE_HEALTH_TIMEOUT_SECONDS):
+                await redis_client(settings.REDIS_URL).ping()
+        except Exception as exc:
+            return _failure(exc)
+        return OK
+
+    async def _check(self) -> dict[str, str]:
+        names = ["database"]
+        checks = [self._check_database()]
+        if settings.REDIS_URL:
+            names.append("redis")
+            checks.append(self._check_redis())
+        results = await asyncio.gather(*checks)
+        return dict(zip(names, results, strict=True))
+
+    async def checks(self) -> dict[str, str]:
+        """The last result while it is fresh; else one check, shared by every probe."""
+        if time.monotonic() - self._checked_at < settings.SLUICE_HEALTH_CACHE_SECONDS:
+            return self._checks
+        if self._running is None or self._running.done():
+            self._running = asyncio.get_running_loop().create_task(self._check())
+        checks = await asyncio.shield(self._running)
+        if self._running.done():
+            self._checks, self._checked_at = checks, time.monotonic()
+        return checks
+
+    async def answer(self) -> tuple[int, bytes]:
+        checks = {"worker": "draining" if worker_drain.draining else OK}
+        if not worker_drain.draining:
+            checks |= await self.checks()
+        ready = all(result == OK for result in checks.values())
+        body = {"status": OK if ready else "unavailable", "checks": checks}
+        return (200 if ready else 503), json.dumps(body, separators=(",", ":")).encode()
+
+
+def is_liveness(scope: dict[str, Any]) -> bool:
+    return scope["path"] == "/healthz/live" or scope.get("query_string") == b"live"
+
+
+LIVE_BODY = b'{"status":"ok"}'
+HEALTH_PATHS = frozenset({"/healthz", "/healthz/live", "/healthz/ready"})
+readiness = Readiness()

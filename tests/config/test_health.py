@@ -1,0 +1,117 @@
+"""/healthz as a load balancer reads it: liveness while the process answers, readiness that
+fails while the worker drains or when the database or Redis does not answer, with a body that
+names the failed check and never a secret."""
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from config.asgi import application
+from config.draining import worker_drain
+from tests.support import free_port, start_process, stop_process
+
+
+async def _get(path: str, query: bytes = b"") -> tuple[int, dict[str, str], Any]:
+    """One request through the ASGI application, in this process."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST" if path.startswith("/v1/") else "GET",
+        "path": path,
+        "query_string": query,
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+    }
+    await application(scope, receive, send)
+    headers = {k.decode(): v.decode() for k, v in sent[0]["headers"]}
+    return sent[0]["status"], headers, json.loads(sent[1]["body"])
+
+
+@pytest.fixture
+def draining() -> Iterator[None]:
+    worker_drain.since = 0.0
+    try:
+        yield
+    finally:
+        worker_drain.since = None
+
+
+async def test_a_draining_worker_is_not_ready_but_alive_and_refuses_new_calls(draining):
+    status, _, body = await _get("/healthz")
+    assert (status, body) == (503, {"status": "unavailable", "checks": {"worker": "draining"}})
+    assert (await _get("/healthz/ready"))[0] == 503
+    assert (await _get("/healthz/live"))[:3:2] == (200, {"status": "ok"})
+    assert (await _get("/healthz", b"live"))[0] == 200
+    status, headers, body = await _get("/v1/chat/completions")
+    assert status == 503
+    assert (headers["retry-after"], headers["connection"]) == ("1", "close")
+    assert body["error"]["code"] == "worker_draining"
+
+
+async def test_the_drain_bound_cuts_a_call_not_yet_answered_with_a_503(settings):
+    """A call still waiting when the bound passes is answered 503, not left hanging."""
+    settings.SLUICE_DRAIN_SECONDS = 0.05
+    sent: list[dict[str, Any]] = []
+    gate = asyncio.Event()
+
+    async def stuck(scope: Any, receive: Any, send: Any) -> None:
+        await gate.wait()  # a call queued for a slot that never comes
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    call = asyncio.create_task(application._call(stuck, {}, None, send))
+    await asyncio.sleep(0)
+    assert worker_drain.in_flight() == 1
+    loop = asyncio.get_running_loop()
+    worker_drain._loop = loop
+    try:
+        worker_drain.begin()
+        await asyncio.wait_for(call, 2)
+    finally:
+        worker_drain.since = None
+    assert sent[0]["status"] == 503
+    assert json.loads(sent[1]["body"])["error"]["code"] == "worker_draining"
+    assert worker_drain.in_flight() == 0
+
+
+def test_readiness_names_the_unreachable_database_and_redis_without_their_secrets():
+    """A gateway whose PostgreSQL and Redis do not answer: alive, not ready, and the body
+    says which check failed without the URLs' passwords."""
+    port = free_port()
+    nothing = free_port()  # nothing listens there
+    env = os.environ | {
+        "DATABASE_URL": f"postgres://sluice:hunter2-db@127.0.0.1:{nothing}/sluice",
+        "REDIS_URL": f"redis://:hunter2-redis@127.0.0.1:{nothing}/0",
+        "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
+        "SLUICE_AUDIT_SPOOL_DIR": "",
+    }
+    args = ["config.asgi:application", "--port", str(port), "--log-level", "critical"]
+    url = f"http://127.0.0.1:{port}"
+    proc = start_process(
+        [sys.executable, "-m", "uvicorn", *args], url=f"{url}/healthz/live", env=env
+    )
+    try:
+        ready = httpx.get(f"{url}/healthz", timeout=5)
+        assert ready.status_code == 503
+        checks = ready.json()["checks"]
+        assert checks["worker"] == "ok"
+        assert checks["database"] != "ok" and checks["redis"] != "ok"
+        assert "hunter2" not in ready.text and str(nothing) not in ready.text
+        assert httpx.get(f"{url}/healthz?live", timeout=5).status_code == 200
+    finally:
+        stop_process(proc)
