@@ -5,6 +5,7 @@ import secrets
 from pathlib import Path
 
 from config.database_url import parse_database_url
+from core.redis_client import cache_location
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = BASE_DIR / ".sluice"
@@ -90,6 +91,7 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# One server (redis://…) or a primary behind Sentinel (redis+sentinel://…; core/redis_client.py).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 # Every key Sluice writes to Redis starts with this, so installations (or test runs) can
 # share one Redis without seeing each other's state.
@@ -101,7 +103,7 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 if REDIS_URL:
     CACHES["ratelimit"] = {
         "BACKEND": "quotas.ratelimit_cache.RateLimitRedisCache",
-        "LOCATION": REDIS_URL,
+        **cache_location(REDIS_URL),
         "KEY_PREFIX": SLUICE_REDIS_PREFIX,
     }
 else:
@@ -115,7 +117,7 @@ RATELIMIT_USE_CACHE = "ratelimit"
 CACHES["api"] = (
     {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        **cache_location(REDIS_URL),
         "KEY_PREFIX": SLUICE_REDIS_PREFIX,
     }
     if REDIS_URL

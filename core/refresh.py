@@ -214,14 +214,13 @@ def _invalidate_now(names: Iterable[str]) -> None:
     drop_local(names)
     if not settings.REDIS_URL:
         return
-    import redis
     from redis.exceptions import RedisError
+
+    from core.redis_client import sync_redis_client
 
     try:
         if _publisher is None:
-            _publisher = redis.Redis.from_url(
-                settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0
-            )
+            _publisher = sync_redis_client(settings.REDIS_URL)
         _publisher.publish(invalidation_channel(), " ".join(names))
     except (RedisError, OSError) as exc:
         # Workers still drop the value within its time to live.

@@ -80,9 +80,9 @@ class RedisAlertStore:
     """Shared by every worker and host: a lock key taken with SET NX PX, and a set."""
 
     def __init__(self, url: str, prefix: str) -> None:
-        import redis
+        from core.redis_client import sync_redis_client
 
-        self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self._redis = sync_redis_client(url)
         self._lock_key = f"{prefix}:capacity_alert:lock"
         self._set_key = f"{prefix}:capacity_alert:alerting"
 
