@@ -5,8 +5,11 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 
-def parse_database_url(url: str, *, base_dir: Path) -> dict[str, Any]:
-    """`sqlite:///relative.db`, `sqlite:////abs/path.db` or `postgres://user:pw@host:port/db`."""
+def parse_database_url(
+    url: str, *, base_dir: Path, pgbouncer: bool = False, pool_max_size: int = 20
+) -> dict[str, Any]:
+    """`sqlite:///relative.db`, `sqlite:////abs/path.db` or `postgres://user:pw@host:port/db`.
+    `pgbouncer`: PostgreSQL is reached through PgBouncer in transaction mode."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
@@ -29,7 +32,11 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict[str, Any]:
     if scheme in {"postgres", "postgresql", "pgsql"}:
         options: dict[str, Any] = dict(parse_qsl(parts.query))
         # Under ASGI the async ORM runs in threads; a pool keeps connection setup off each call.
-        options.setdefault("pool", {"min_size": 1, "max_size": 20, "timeout": 10})
+        options.setdefault("pool", {"min_size": 1, "max_size": pool_max_size, "timeout": 10})
+        if pgbouncer:
+            # psycopg prepares a statement run 5 times on its server connection; under
+            # transaction pooling the next run may land on another one that lacks it.
+            options["prepare_threshold"] = None
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")),
@@ -38,6 +45,8 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict[str, Any]:
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
             "CONN_MAX_AGE": 0,
+            # A named cursor lives outside a transaction's end: not through PgBouncer.
+            "DISABLE_SERVER_SIDE_CURSORS": pgbouncer,
             "OPTIONS": options,
         }
     raise ValueError(f"DATABASE_URL: unsupported scheme {scheme!r} (use sqlite or postgres)")

@@ -4,6 +4,8 @@ import os
 import secrets
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from config.database_url import parse_database_url
 from core.redis_client import cache_location
 
@@ -26,6 +28,12 @@ def _local_secret_key() -> str:
     return path.read_text().strip()
 
 
+# Production behind a TLS-terminating proxy (deploy/: HAProxy): the proxy says the request
+# came over HTTPS (X-Forwarded-Proto, which it must set itself, never pass on), cookies are
+# sent over HTTPS only, plain HTTP is redirected and browsers are told to keep to HTTPS (HSTS).
+SLUICE_HTTPS = _env_bool("SLUICE_HTTPS")
+if SLUICE_HTTPS and not os.environ.get("SLUICE_SECRET_KEY"):
+    raise ImproperlyConfigured("SLUICE_HTTPS is set: set SLUICE_SECRET_KEY too (50+ characters)")
 SECRET_KEY = os.environ.get("SLUICE_SECRET_KEY") or _local_secret_key()
 DEBUG = _env_bool("SLUICE_DEBUG")
 ALLOWED_HOSTS = [
@@ -33,6 +41,15 @@ ALLOWED_HOSTS = [
     for h in os.environ.get("SLUICE_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
     if h.strip()
 ]
+if SLUICE_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True  # the console and API; /healthz and /v1/ answer before Django
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SLUICE_HSTS_SECONDS", 365 * 24 * 3600))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SLUICE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = _env_bool("SLUICE_HSTS_PRELOAD")
+# Asking browsers to preload HSTS for the domain is the domain owner's choice, not a default.
+SILENCED_SYSTEM_CHECKS = [] if SLUICE_HTTPS and SECURE_HSTS_PRELOAD else ["security.W021"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -84,9 +101,17 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL through PgBouncer in transaction mode: no server-side prepared statements or
+# cursors (a transaction's next statement may run on another server connection).
+SLUICE_DB_PGBOUNCER = _env_bool("SLUICE_DB_PGBOUNCER")
+# Connections each worker's psycopg pool may open (PostgreSQL, or PgBouncer's clients).
+SLUICE_DB_POOL_MAX_SIZE = int(os.environ.get("SLUICE_DB_POOL_MAX_SIZE", 20))
 DATABASES = {
     "default": parse_database_url(
-        os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3"), base_dir=BASE_DIR
+        os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3"),
+        base_dir=BASE_DIR,
+        pgbouncer=SLUICE_DB_PGBOUNCER,
+        pool_max_size=SLUICE_DB_POOL_MAX_SIZE,
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
