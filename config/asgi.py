@@ -74,9 +74,9 @@ class Application:
         if kind == "http":
             path = scope["path"]
             if path.startswith("/v1/"):
-                if worker_drain.draining:
-                    await _answer(send, 503, _DRAINING_BODY, _DRAINING_HEADERS)
-                    return
+                # A call that reaches a draining worker (in the moment before uvicorn closes
+                # its socket) is served, not refused: behind a load balancer a refusal would
+                # be the client's error, and the drain's bound still holds it.
                 handler = self.batches if path.startswith(BATCH_PATHS) else self.proxy
                 await self._call(handler, scope, receive, send)
             elif path in HEALTH_PATHS:

@@ -3,10 +3,10 @@
 uvicorn's own graceful shutdown closes the listening socket, closes idle keep-alive
 connections and waits for the requests in flight, then runs the lifespan shutdown (which
 writes the audit rows still in memory). What it lacks, this adds: the worker says it is
-draining the moment the signal arrives (readiness answers 503, a call that still reaches
-it gets 503 `worker_draining` with Retry-After), and the wait has a bound: calls still
-running `SLUICE_DRAIN_SECONDS` after the signal are cut (their audit rows are written as
-for a client that left), so the process exits within that bound whatever uvicorn's
+draining the moment the signal arrives (readiness answers 503), and the wait has a bound:
+calls still running `SLUICE_DRAIN_SECONDS` after the signal are cut (one not yet answering
+gets 503 `worker_draining` with Retry-After; their audit rows are written as for a client
+that left), so the process exits within that bound whatever uvicorn's
 `--timeout-graceful-shutdown` says.
 """
 
