@@ -101,14 +101,12 @@ def redis_client(url: str) -> aredis.Redis:
             pool = aredis.BlockingConnectionPool.from_url(url, **pool_options, **timeouts)
             client = aredis.Redis(connection_pool=pool)
         else:
-            sentinel = AsyncSentinel(
+            sentinel = AsyncSentinel(  # type: ignore[no-untyped-call]  # redis-py: unannotated
                 target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **timeouts
             )
+            master_options: dict[str, Any] = {**target.connection_kwargs(), **pool_options}
             client = sentinel.master_for(
-                target.master,
-                connection_pool_class=_BlockingSentinelPool,
-                **target.connection_kwargs(),
-                **pool_options,
+                target.master, connection_pool_class=_BlockingSentinelPool, **master_options
             )
         _clients[(url, loop)] = client
     return client
@@ -120,8 +118,13 @@ def sync_redis_client(url: str) -> redis.Redis:
     timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
     if target is None:
         return redis.Redis.from_url(url, **timeouts)
-    sentinel = Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **timeouts)
-    return sentinel.master_for(target.master, **target.connection_kwargs())
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py: unannotated
+        target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **timeouts
+    )
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.master, **target.connection_kwargs()
+    )
+    return client
 
 
 class UrlConnectionPool:
@@ -132,9 +135,13 @@ class UrlConnectionPool:
         target = sentinel_target(url)
         if target is None:
             return redis.ConnectionPool.from_url(url, **options)
-        sentinel = Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs())
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py: unannotated
+            target.sentinels, sentinel_kwargs=target.sentinel_kwargs()
+        )
         kwargs = {"socket_timeout": SOCKET_TIMEOUT, **target.connection_kwargs(), **options}
-        return SentinelConnectionPool(target.master, sentinel, **kwargs)
+        return SentinelConnectionPool(  # type: ignore[no-untyped-call]
+            target.master, sentinel, **kwargs
+        )
 
 
 def cache_location(url: str) -> dict[str, Any]:
