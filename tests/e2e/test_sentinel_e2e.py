@@ -57,7 +57,7 @@ def test_a_gateway_on_sentinel_survives_the_primary_killed(
         group.kill(group.primary)
         wait_until(lambda: group.master_port() == group.replica, timeout=15, every=0.2)
         promoted = group.client(group.replica)
-        wait_until(lambda: promoted.info("replication")["role"] == "master", timeout=5)
+        wait_until(lambda: promoted.info("replication")["role"] == "master", timeout=10)
         promoted.script_flush()  # whatever it had, the gateway's scripts are gone
 
         wait_until(lambda: _call(handle.url, key.plaintext) == 200, timeout=10)
@@ -72,7 +72,7 @@ def test_a_gateway_on_sentinel_survives_the_primary_killed(
         monkeypatch.setattr(refresh, "_publisher", None)
         wait_until(lambda: _commands(promoted, "subscribe") > 0, timeout=10)
         key_revoke(prefix=key.prefix)
-        wait_until(lambda: _call(handle.url, key.plaintext) == 401, timeout=5)
+        wait_until(lambda: _call(handle.url, key.plaintext) == 401, timeout=10)
     finally:
         monkeypatch.setattr(refresh, "_publisher", None)
         next(gateway, None)
