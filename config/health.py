@@ -2,11 +2,15 @@
 
 Liveness (`/healthz/live`, `/healthz?live`) is 200 while the process answers. Readiness
 (`/healthz`, `/healthz/ready`) is 503 while the worker drains (config/draining.py), or when
-the database or Redis (with `REDIS_URL`) does not answer within
-`SLUICE_HEALTH_TIMEOUT_SECONDS`; the body names each check and what failed (an error's
-class, never its message: a message may name hosts or users). Checks never block the event
-loop: the database is asked from a thread of its own, Redis with the async client, and one
-result serves every probe for `SLUICE_HEALTH_CACHE_SECONDS`, however many arrive.
+the database or Redis (with `REDIS_URL`) has not answered within
+`SLUICE_HEALTH_TIMEOUT_SECONDS` for `SLUICE_HEALTH_GRACE_SECONDS` on end. The grace is for
+the fleet: the database and Redis are shared, so a Redis failover or a PgBouncer restart
+fails every worker's check at once, and a load balancer that took them all out would refuse
+every call for a blip the workers ride out (cached keys, per-worker counters); within it the
+answer is 200 `degraded`. The body names each check and what failed (an error's class, never
+its message: a message may name hosts or users). Checks never block the event loop: the
+database is asked from a thread of its own, Redis with the async client, and one result
+serves every probe for `SLUICE_HEALTH_CACHE_SECONDS`, however many arrive.
 """
 
 import asyncio
@@ -47,6 +51,7 @@ class Readiness:
         self._checked_at = -1e9
         self._checks: dict[str, str] = {}
         self._running: asyncio.Task[dict[str, str]] | None = None
+        self._failing_since: dict[str, float] = {}  # check -> when it began to fail
 
     async def _check_database(self) -> str:
         # A query that hangs keeps the thread: later probes report it instead of queueing.
@@ -86,17 +91,37 @@ class Readiness:
         if self._running is None or self._running.done():
             self._running = asyncio.get_running_loop().create_task(self._check())
         checks = await asyncio.shield(self._running)
-        if self._running.done():
-            self._checks, self._checked_at = checks, time.monotonic()
+        if self._running.done() and checks is not self._checks:
+            now = time.monotonic()
+            for name, result in checks.items():
+                if result == OK:
+                    self._failing_since.pop(name, None)
+                else:
+                    self._failing_since.setdefault(name, now)
+            self._checks, self._checked_at = checks, now
         return checks
 
+    def _past_grace(self, checks: dict[str, str]) -> bool:
+        """A check has failed for longer than the grace."""
+        now, grace = time.monotonic(), settings.SLUICE_HEALTH_GRACE_SECONDS
+        return any(
+            now - self._failing_since.get(name, now) >= grace
+            for name, result in checks.items()
+            if result != OK
+        )
+
     async def answer(self) -> tuple[int, bytes]:
-        checks = {"worker": "draining" if worker_drain.draining else OK}
-        if not worker_drain.draining:
-            checks |= await self.checks()
-        ready = all(result == OK for result in checks.values())
-        body = {"status": OK if ready else "unavailable", "checks": checks}
-        return (200 if ready else 503), json.dumps(body, separators=(",", ":")).encode()
+        if worker_drain.draining:
+            status, checks = "unavailable", {"worker": "draining"}
+        else:
+            checks = {"worker": OK} | await self.checks()
+            if all(result == OK for result in checks.values()):
+                status = OK
+            else:
+                status = "unavailable" if self._past_grace(checks) else "degraded"
+        body = {"status": status, "checks": checks}
+        code = 503 if status == "unavailable" else 200
+        return code, json.dumps(body, separators=(",", ":")).encode()
 
 
 def is_liveness(scope: dict[str, Any]) -> bool:

@@ -214,6 +214,9 @@ SLUICE_DRAIN_SECONDS = float(os.environ.get("SLUICE_DRAIN_SECONDS", 30))
 # answer, and how long one result serves every probe.
 SLUICE_HEALTH_TIMEOUT_SECONDS = float(os.environ.get("SLUICE_HEALTH_TIMEOUT_SECONDS", 1))
 SLUICE_HEALTH_CACHE_SECONDS = float(os.environ.get("SLUICE_HEALTH_CACHE_SECONDS", 1))
+# How long the database or Redis must fail on end before readiness says 503: they are
+# shared, and a failover or a PgBouncer restart must not take every worker out at once.
+SLUICE_HEALTH_GRACE_SECONDS = float(os.environ.get("SLUICE_HEALTH_GRACE_SECONDS", 15))
 # Audit rows are written in batches off the request path.
 SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
 # Where each worker spools the calls it has not written yet ("" : nowhere), so a worker

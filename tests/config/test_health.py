@@ -15,6 +15,7 @@ import pytest
 
 from config.asgi import application
 from config.draining import worker_drain
+from config.health import Readiness
 from tests.support import free_port, start_process, stop_process
 
 
@@ -97,6 +98,7 @@ def test_readiness_names_the_unreachable_database_and_redis_without_their_secret
         "REDIS_URL": f"redis://:hunter2-redis@127.0.0.1:{nothing}/0",
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_AUDIT_SPOOL_DIR": "",
+        "SLUICE_HEALTH_GRACE_SECONDS": "0",
     }
     args = ["config.asgi:application", "--port", str(port), "--log-level", "critical"]
     url = f"http://127.0.0.1:{port}"
@@ -113,3 +115,27 @@ def test_readiness_names_the_unreachable_database_and_redis_without_their_secret
         assert httpx.get(f"{url}/healthz?live", timeout=5).status_code == 200
     finally:
         stop_process(proc)
+
+
+async def test_a_shared_dependency_failing_briefly_degrades_and_only_then_fails(
+    committed_db, settings
+):
+    """Redis (or the database) away for less than the grace: 200 `degraded`, so a failover
+    does not take every worker out of the load balancer at once; longer: 503."""
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    settings.SLUICE_HEALTH_GRACE_SECONDS = 0.5
+    settings.SLUICE_HEALTH_CACHE_SECONDS = 0
+    readiness = Readiness()
+    status, body = await readiness.answer()
+    answer = json.loads(body)
+    assert (status, answer["status"]) == (200, "degraded")
+    assert answer["checks"]["database"] == "ok" and answer["checks"]["redis"] != "ok"
+    await asyncio.sleep(0.6)
+    status, body = await readiness.answer()
+    assert (status, json.loads(body)["status"]) == (503, "unavailable")
+    settings.REDIS_URL = ""  # back (no Redis to ask): ready again at once
+    status, body = await readiness.answer()
+    assert (status, json.loads(body)) == (
+        200,
+        {"status": "ok", "checks": {"worker": "ok", "database": "ok"}},
+    )
