@@ -5,6 +5,7 @@ names the failed check and never a secret."""
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -15,8 +16,7 @@ import pytest
 
 from config.asgi import application
 from config.draining import worker_drain
-from config.health import Readiness
-from tests.support import free_port, start_process, stop_process
+from tests.support import free_port, start_process, stop_process, wait_until
 
 
 async def _get(path: str, query: bytes = b"") -> tuple[int, dict[str, str], Any]:
@@ -117,25 +117,35 @@ def test_readiness_names_the_unreachable_database_and_redis_without_their_secret
         stop_process(proc)
 
 
-async def test_a_shared_dependency_failing_briefly_degrades_and_only_then_fails(
-    committed_db, settings
-):
-    """Redis (or the database) away for less than the grace: 200 `degraded`, so a failover
-    does not take every worker out of the load balancer at once; longer: 503."""
-    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    settings.SLUICE_HEALTH_GRACE_SECONDS = 0.5
-    settings.SLUICE_HEALTH_CACHE_SECONDS = 0
-    readiness = Readiness()
-    status, body = await readiness.answer()
-    answer = json.loads(body)
-    assert (status, answer["status"]) == (200, "degraded")
-    assert answer["checks"]["database"] == "ok" and answer["checks"]["redis"] != "ok"
-    await asyncio.sleep(0.6)
-    status, body = await readiness.answer()
-    assert (status, json.loads(body)["status"]) == (503, "unavailable")
-    settings.REDIS_URL = ""  # back (no Redis to ask): ready again at once
-    status, body = await readiness.answer()
-    assert (status, json.loads(body)) == (
-        200,
-        {"status": "ok", "checks": {"worker": "ok", "database": "ok"}},
-    )
+def test_a_shared_dependency_failing_briefly_degrades_and_only_then_fails(tmp_path):
+    """Redis away for less than the grace: 200 `degraded`, so a failover does not take every
+    worker out of the load balancer at once; longer: 503; back: ready again."""
+    port, redis_port = free_port(), free_port()  # no Redis there yet
+    env = os.environ | {
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'health.sqlite3'}",
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
+        "SLUICE_AUDIT_SPOOL_DIR": "",
+        "SLUICE_HEALTH_GRACE_SECONDS": "1.5",
+        "SLUICE_HEALTH_CACHE_SECONDS": "0",
+    }
+    args = ["config.asgi:application", "--port", str(port), "--log-level", "critical"]
+    url = f"http://127.0.0.1:{port}/healthz"
+    proc = start_process([sys.executable, "-m", "uvicorn", *args], url=f"{url}/live", env=env)
+    redis = None
+    try:
+        first = httpx.get(url, timeout=5)
+        assert (first.status_code, first.json()["status"]) == (200, "degraded")
+        assert first.json()["checks"]["database"] == "ok"
+        assert first.json()["checks"]["redis"] != "ok"
+        wait_until(lambda: httpx.get(url, timeout=5).status_code == 503, timeout=5)
+        assert httpx.get(url, timeout=5).json()["status"] == "unavailable"
+        redis = subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""],
+            stdout=subprocess.DEVNULL,
+        )
+        wait_until(lambda: httpx.get(url, timeout=5).json()["status"] == "ok", timeout=10)
+    finally:
+        stop_process(proc)
+        if redis is not None:
+            stop_process(redis)
