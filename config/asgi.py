@@ -137,6 +137,7 @@ class Application:
                 self._background.append(loop.create_task(budget_alert_loop()))
                 self._background.append(loop.create_task(loop_lag_probe()))
                 worker_drain.install(loop)
+                audit_writer.start()
                 if settings.REDIS_URL:
                     self._background.append(loop.create_task(metrics_push_loop()))
                 await send({"type": "lifespan.startup.complete"})

@@ -435,6 +435,12 @@ class AuditWriter:
             spool.append(encode_call(call))
         self._ensure_task()
 
+    def start(self) -> None:
+        """At a worker's start: take in what dead workers of this host left in their spool
+        at once, not at this worker's first call (a worker that gets none, a host back
+        after a crash with its traffic gone elsewhere, would never write them)."""
+        self._ensure_task()
+
     def _ensure_task(self) -> None:
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
