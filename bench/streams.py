@@ -29,6 +29,8 @@ import json
 import math
 import os
 import resource
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -247,6 +249,10 @@ def open_fds(pids: list[int]) -> int:
     return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
 
 
+def open_rate(n: int, args: argparse.Namespace) -> float:
+    return args.open_rate or n / args.seconds
+
+
 def run_side(
     pool: ProcessPoolExecutor,
     clients: int,
@@ -260,7 +266,8 @@ def run_side(
     """N streams on the schedule, split over the client processes; what they measured and
     the clients' CPU seconds."""
     start = time.monotonic() + 2.0  # the client processes are up by then
-    opens = [start + i / args.open_rate for i in range(n)]
+    rate = open_rate(n, args)
+    opens = [start + i / rate for i in range(n)]
     end = opens[-1] + args.seconds  # every stream keeps going until then
     deadline = end + 30
     futures = [
@@ -280,6 +287,16 @@ def run_side(
         watch.stop.set()
         sampler.join()
     return side, client_cpu
+
+
+def profile(prefix: str, n: int, pid: int) -> subprocess.Popen:
+    py_spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+         "--output", f"{prefix}-{n}.txt", "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def warm_up(url: str, key: str) -> None:
@@ -314,7 +331,8 @@ def failures(side: Side) -> str:
 
 def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: argparse.Namespace):
     print(
-        f"\n{n:,} streams: opened at {args.open_rate:g}/s over {n / args.open_rate:.1f} s, "
+        f"\n{n:,} streams: opened at {open_rate(n, args):.0f}/s over "
+        f"{n / open_rate(n, args):.1f} s, "
         f"all open together for {args.seconds:g} s, a chunk every "
         f"{GAP_MS * (1 - SPREAD) / 1000:g}-{GAP_MS * (1 + SPREAD) / 1000:g} s"
     )
@@ -348,11 +366,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", default="1000,5000,10000", help="N, comma-separated")
     parser.add_argument("--seconds", type=float, default=30, help="all N open together")
-    parser.add_argument("--open-rate", type=float, default=500, help="streams opened a second")
+    parser.add_argument(
+        "--open-rate",
+        type=float,
+        help="streams opened a second (default N / --seconds: the turnover of N open streams "
+        "of that length)",
+    )
     parser.add_argument("--clients", type=int, default=1, help="client processes")
+    parser.add_argument(
+        "--py-spy",
+        metavar="PREFIX",
+        help="record the gateway with py-spy during each run into PREFIX-N.txt (collapsed "
+        "stacks; needs py-spy from the dev extras)",
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
-    if not counts or min(counts) < 1 or args.open_rate <= 0 or args.clients < 1:
+    if not counts or min(counts) < 1 or (args.open_rate or 1) <= 0 or args.clients < 1:
         parser.error("--streams takes positive counts; --open-rate and --clients must be > 0")
     hard = _raise_open_files()  # the simulator and the gateway inherit it
     print(
@@ -361,7 +390,8 @@ def main() -> None:
         f"--backlog {BACKLOG}, {args.clients} client process(es)"
     )
     most = max(counts)
-    tokens = math.ceil((most / args.open_rate + args.seconds) * 1000 / GAP_MS) + 10
+    ramp = max(n / open_rate(n, args) for n in counts)
+    tokens = math.ceil((ramp + args.seconds) * 1000 / GAP_MS) + 10
     with stack() as s, ProcessPoolExecutor(args.clients, mp_context=get_context("fork")) as pool:
         sim = s.simulator(
             "--model", f"m:{most * 2}", "--output-tokens", str(tokens),
@@ -382,8 +412,12 @@ def main() -> None:
             warm_up(url, key)
             watch = Watch(pids)
             idle = rss_mib(pids)
+            spy = profile(args.py_spy, n, pids[0]) if args.py_spy else None
             cpu0, sim0, wall0 = cpu_seconds(pids), cpu_seconds(sim_pids), time.monotonic()
             via, client_via = run_side(pool, args.clients, port, key, "trickle", n, args, watch)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
+                spy.wait(timeout=60)
             gateway = {
                 "rss_idle": idle,
                 "rss_peak": watch.rss_mib,
