@@ -354,6 +354,7 @@ def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: arg
     print(f"  {'streams done':24}{direct.done:10}{via.done:10}")
     print(f"  streams failed: direct {failures(direct)}; Sluice {failures(via)}")
     grown = gateway["rss_peak"] - gateway["rss_idle"]
+    chunks = max(1, len(via.gaps) + via.done)  # a stream's first event has no gap before it
     print(
         f"  gateway: RSS {gateway['rss_idle']:.0f} MiB idle, {gateway['rss_peak']:.0f} MiB peak "
         f"(+{grown:.0f} MiB, {grown / n * 1000:.1f} MiB per 1,000 streams); "
@@ -361,8 +362,11 @@ def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: arg
     )
     print(
         f"  gateway CPU: {gateway['cpu']:.1f} s ({gateway['cpu'] / n * 1000:.2f} ms per "
-        f"stream, {gateway['cpu'] / gateway['wall']:.2f} cores over {gateway['wall']:.0f} s); "
-        f"simulator CPU direct {gateway['sim_direct']:.1f} s, through {gateway['sim_via']:.1f} "
+        f"stream, {gateway['cpu'] / chunks * 1e6:.0f} µs per chunk relayed, all included; "
+        f"{gateway['cpu'] / gateway['wall']:.2f} cores over {gateway['wall']:.0f} s)"
+    )
+    print(
+        f"  simulator CPU direct {gateway['sim_direct']:.1f} s, through {gateway['sim_via']:.1f} "
         f"s; client CPU direct {gateway['client_direct']:.1f} s, through "
         f"{gateway['client_via']:.1f} s"
     )
