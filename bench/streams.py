@@ -2,21 +2,24 @@
 trickling a chunk every 0.5-1 s, direct to the simulator and through one gateway worker, per N.
 
     .venv/bin/python bench/streams.py [--streams 1000,5000,10000] [--seconds 30]
-                                      [--open-rate 500] [--clients 1]
+                                      [--open-rate R] [--clients 1] [--py-spy PREFIX]
 
-The streams open at `--open-rate` a second (so 10,000 take 20 s to open); each asks the
+The streams open at `--open-rate` a second, by default N / `--seconds` (the turnover of N open
+streams of that length: 10,000 streams of 30 s start 333 a second), and each asks the
 simulator for as many tokens (`max_tokens`) as keep it going until `--seconds` after the last
 one opened, so all N are open together for that long. The same schedule runs direct to the
-simulator, then through a fresh gateway (uvicorn, one worker, SQLite, the production options
-of docs/operations.md plus `--backlog 8192`). Per N it prints:
+simulator, then through a fresh, warmed-up gateway (uvicorn, one worker, SQLite, the
+production options of docs/operations.md plus `--backlog 8192`). Per N it prints:
   - time to first byte (from the client's connect to the first byte of the answer) p50 and
     p99, direct, through Sluice and the difference;
   - the gaps between chunks, p50 and p99, direct and through (what Sluice adds to each);
-  - streams failed (refused connects, statuses other than 200, streams cut before [DONE],
-    and streams not done in time), per side;
+  - streams failed (refused or timed-out connects, statuses other than 200, streams cut
+    before [DONE], streams not done 30 s after they should have), per side;
   - the gateway's resident memory before and at the peak (and per 1,000 streams), its peak
-    of open file descriptors, and its CPU seconds over the run (per stream, and per second
-    while the streams are held).
+    of open file descriptors, and its CPU: per stream, per chunk relayed (everything
+    included), and in cores over the run;
+  - the machine's load average: on a shared machine the figures mean little when it is
+    above the cores.
 The client is raw asyncio protocols on uvloop in `--clients` processes; the bench raises its
 own limit of open files (inherited by the simulator and the gateway) to the hard limit.
 """
@@ -43,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
-from harness import cpu_seconds, stack
+from harness import CLOCK_TICKS, cpu_seconds, stack
 
 GAP_MS = 750  # the simulator's mean gap between chunks; drawn within a third either side
 SPREAD = 1 / 3
@@ -241,6 +244,14 @@ class Watch:
             self.fds = max(self.fds, open_fds(self.pids))
 
 
+def user_system_seconds(pids: list[int]) -> tuple[float, float]:
+    user = system = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        user, system = user + int(fields[11]), system + int(fields[12])
+    return user / CLOCK_TICKS, system / CLOCK_TICKS
+
+
 def rss_mib(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -363,7 +374,8 @@ def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: arg
     print(
         f"  gateway CPU: {gateway['cpu']:.1f} s ({gateway['cpu'] / n * 1000:.2f} ms per "
         f"stream, {gateway['cpu'] / chunks * 1e6:.0f} µs per chunk relayed, all included; "
-        f"{gateway['cpu'] / gateway['wall']:.2f} cores over {gateway['wall']:.0f} s)"
+        f"{gateway['cpu'] / gateway['wall']:.2f} cores over {gateway['wall']:.0f} s; "
+        f"{gateway['system'] / max(gateway['cpu'], 1e-9):.0%} of it in the kernel)"
     )
     print(
         f"  simulator CPU direct {gateway['sim_direct']:.1f} s, through {gateway['sim_via']:.1f} "
@@ -424,6 +436,7 @@ def main() -> None:
             idle = rss_mib(pids)
             spy = profile(args.py_spy, n, pids[0]) if args.py_spy else None
             cpu0, sim0, wall0 = cpu_seconds(pids), cpu_seconds(sim_pids), time.monotonic()
+            system0 = user_system_seconds(pids)[1]
             via, client_via = run_side(pool, args.clients, port, key, "trickle", n, args, watch)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
@@ -433,6 +446,7 @@ def main() -> None:
                 "rss_peak": watch.rss_mib,
                 "fds": watch.fds,
                 "cpu": cpu_seconds(pids) - cpu0,
+                "system": user_system_seconds(pids)[1] - system0,
                 "wall": time.monotonic() - wall0,
                 "sim_direct": sim_direct,
                 "sim_via": cpu_seconds(sim_pids) - sim0,
