@@ -92,14 +92,24 @@ def main() -> int:
 
 # Objects for the fuzzer to find: a member with a key, limits on each scope.
 _SEED = """
+from datetime import timedelta
+from decimal import Decimal
+from django.utils import timezone
 from accounts.models import Team
+from quotas.models import UsageRollup
 from accounts.services import key_issue, member_ensure
 from quotas.services import limit_set
 member_ensure(email="fuzz@example.com", team=Team.objects.get(slug="demo"))
 key, _ = key_issue(member_email="fuzz@example.com", application_slug="demo", name="fuzz")
 limit_set(scope="member", name="fuzz@example.com", requests_per_minute=100)
-limit_set(scope="team", name="demo", tokens_per_day=1000000)
-limit_set(scope="key", name=key.prefix, max_concurrency=4)
+limit_set(scope="team", name="demo", tokens_per_day=1000000, tokens_per_month=900)
+limit_set(scope="key", name=key.prefix, max_concurrency=4, cost_per_month=Decimal("5"))
+# A week of spend: the monthly budgets above carry a forecast (not only "not enough data").
+noon = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
+for days_ago in range(1, 8):
+    UsageRollup.objects.create(hour=noon - timedelta(days=days_ago), key_prefix=key.prefix,
+        deployment="fast", member_id=key.member_id, application_id=key.application_id,
+        team_id=key.application.team_id, requests=1, tokens_in=100, cost=Decimal("1"))
 """
 
 if __name__ == "__main__":

@@ -264,11 +264,41 @@ class UsageOut(serializers.Serializer):
     )
 
 
+class ForecastOut(serializers.Serializer):
+    """A monthly budget projected to the month's end (docs/quotas.md#budget-forecasts)."""
+
+    unit = serializers.ChoiceField(choices=["USD", "tokens"])
+    basis = serializers.ChoiceField(
+        choices=["recent", "weekday", "insufficient"],
+        help_text="recent: one trimmed-mean daily rate; weekday: weekday and weekend rates; "
+        "insufficient: fewer than 3 whole days of data, no projection yet",
+    )
+    spent = serializers.FloatField(help_text="this month so far, today included")
+    budget = serializers.FloatField()
+    projected = serializers.FloatField(allow_null=True, help_text="at the month's end")
+    projected_share = serializers.FloatField(
+        allow_null=True, help_text="projected / budget (1.0: exactly spent at the month's end)"
+    )
+    runs_out_on = serializers.DateField(
+        allow_null=True,
+        help_text="the team's local day spend reaches the budget, if within this month",
+    )
+    daily_rate = serializers.FloatField(allow_null=True, help_text="weekday's with weekday")
+    weekend_rate = serializers.FloatField(allow_null=True)
+    days_used = serializers.IntegerField(help_text="whole days the rate was read from")
+
+
+class BudgetForecastsOut(serializers.Serializer):
+    cost_per_month = ForecastOut(allow_null=True, help_text="null: no monthly spend budget")
+    tokens_per_month = ForecastOut(allow_null=True, help_text="null: no monthly token budget")
+
+
 class LimitOut(serializers.Serializer):
     scope = serializers.ChoiceField(choices=["key", "application", "member", "team"])
     name = serializers.CharField()
     limits = LimitValuesOut()
     usage = UsageOut()
+    forecast = BudgetForecastsOut()
 
 
 # --- deployments and routes ---------------------------------------------------------------

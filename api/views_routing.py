@@ -18,8 +18,9 @@ from rest_framework.views import APIView
 from api import serializers as s
 from api.base import NoOptions
 from api.permissions import actor_of, require_manager, require_staff, viewer_of
+from quotas.forecast import Forecast
 from quotas.models import Limit, Scope
-from quotas.selectors import limit_rows, limit_target_find, limits_visible_to
+from quotas.selectors import BUDGET_FIELDS, limit_rows, limit_target_find, limits_visible_to
 from quotas.services import LIMIT_FIELDS, limit_set
 from routing.catalog import services as routing_services
 from routing.catalog.config_export import config_export
@@ -29,6 +30,23 @@ from routing.models import Route
 # --- limits -------------------------------------------------------------------------------
 
 
+def _forecast_out(field: str, f: Forecast | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return {
+        "unit": "USD" if field == "cost_per_month" else "tokens",
+        "basis": f.basis,
+        "spent": f.spent,
+        "budget": f.budget,
+        "projected": f.projected,
+        "projected_share": f.share,
+        "runs_out_on": f.runs_out_on,
+        "daily_rate": f.daily_rate,
+        "weekend_rate": f.weekend_rate,
+        "days_used": f.days_used,
+    }
+
+
 def _limit_out(row: Any) -> dict[str, Any]:
     return s.LimitOut(
         {
@@ -36,6 +54,7 @@ def _limit_out(row: Any) -> dict[str, Any]:
             "name": row.name,
             "limits": {f: getattr(row.limit, f) for f in LIMIT_FIELDS},
             "usage": row.usage.__dict__,
+            "forecast": {f: _forecast_out(f, row.forecasts.get(f)) for f in BUDGET_FIELDS},
         }
     ).data
 
@@ -64,7 +83,8 @@ class LimitList(NoOptions, APIView):
         responses={200: s.LimitOut(many=True)},
     )
     def get(self, request: Request) -> Response:
-        """Every limit in the caller's scope with its current usage."""
+        """Every limit in the caller's scope with its current usage and where its monthly
+        budgets are heading."""
         qs: QuerySet[Limit] = limits_visible_to(viewer_of(request)).select_related(
             "api_key__application__team"
         )
@@ -73,7 +93,7 @@ class LimitList(NoOptions, APIView):
             if scope not in Scope.values:
                 raise ValidationError({"scope": "Must be one of key, application, member, team."})
             qs = qs.filter(scope=scope)
-        rows = limit_rows(list(qs.order_by("scope", "id")[:1000]))
+        rows = limit_rows(list(qs.order_by("scope", "id")[:1000]), forecast=True)
         return Response([_limit_out(r) for r in rows])
 
 
@@ -85,7 +105,7 @@ class LimitDetail(NoOptions, APIView):
         limit = limits_visible_to(viewer_of(request)).filter(scope=scope, **target).first()
         if limit is None:
             raise NotFound(f"No limits set on {scope} {name!r}.")
-        return Response(_limit_out(limit_rows([limit])[0]))
+        return Response(_limit_out(limit_rows([limit], forecast=True)[0]))
 
     @extend_schema(parameters=_SCOPE_PARAMS, request=s.LimitValues, responses={200: s.LimitOut})
     def put(self, request: Request, scope: str, name: str) -> Response:
@@ -98,7 +118,7 @@ class LimitDetail(NoOptions, APIView):
         limit = limit_set(scope=scope, name=_name_of(target), actor=actor_of(request), **values)
         if limit is None:
             raise NotFound(f"No limits set on {scope} {name!r}.")
-        return Response(_limit_out(limit_rows([limit])[0]))
+        return Response(_limit_out(limit_rows([limit], forecast=True)[0]))
 
     @extend_schema(parameters=_SCOPE_PARAMS, responses={204: None})
     def delete(self, request: Request, scope: str, name: str) -> Response:

@@ -36,6 +36,7 @@ class Result:
     ended: float = 0.0  # seconds from the start
     queue_ms: float = 0.0
     served_by: str = ""  # X-Sluice-Served-Model
+    request_id: str = ""  # X-Sluice-Request-Id: a gateway answered
     retried: int | None = None  # the status of the one retry after Retry-After, if made
     retried_ended: float = 0.0
 
@@ -93,6 +94,7 @@ async def _call(
             retry_after = response.headers.get("Retry-After")
             result.queue_ms = float(response.headers.get("X-Sluice-Queue-Ms", 0) or 0)
             result.served_by = response.headers.get("X-Sluice-Served-Model", "")
+            result.request_id = response.headers.get("X-Sluice-Request-Id", "")
             result.status = response.status
     except (aiohttp.ClientError, OSError):
         result.status, result.code = 0, "connection"
@@ -118,12 +120,18 @@ async def fire(
     headers_for: Callable[[Arrival], dict[str, str]] = lambda a: {},
     retry_batch: bool = False,
     events: Sequence[tuple[float, Callable[[], object]]] = (),
+    extra: dict | None = None,
 ) -> list[Result]:
     """Send every arrival at its time; run each `events` callback (a coroutine function)
-    at its time too (a capacity change, say). Returns one result per arrival."""
+    at its time too (a capacity change, say); `extra` fields go in every call's body.
+    Returns one result per arrival."""
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=None)
-    body = {"model": model, "messages": [{"role": "user", "content": "Open loop."}]}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Open loop."}],
+        **(extra or {}),
+    }
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.monotonic() + 0.5
 

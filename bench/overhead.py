@@ -9,7 +9,9 @@ throw-away SQLite database, then prints:
     the gateway's CPU milliseconds per request (its process CPU time / requests), for plain
     and streaming (16 chunks) chat completions;
   - overhead: with 100 ms simulator latency, requests/s and p50/p99 latency direct and
-    through Sluice, and the added p50/p99.
+    through Sluice, the added p50/p99, and (one worker) the worker's event-loop lag then;
+  - breakdown: where the worker's CPU per call goes at the ceiling, by stage of the call
+    (auth, limits, slots, parse, upstream client, relay, audit…), from a py-spy profile;
   - protocols: the gateway's CPU per call for each pair of client and upstream protocol
     (chat, Messages, Responses): translated both ways when they differ, passed through when
     they are the same, side by side with OpenAI on both sides.
@@ -24,6 +26,7 @@ import asyncio
 import os
 import resource
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Stack, cpu_seconds, stack
 from loadgen import LoadResult, build_request, run_load
+from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "Benchmark me, briefly."}]}
 
@@ -127,6 +131,11 @@ class Run:
     pids: list[int]
     concurrency: int
     seconds: float
+    workers: int = 1
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway}"
 
     def auth(self, key: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key or self.key}"}
@@ -173,7 +182,9 @@ def overhead(run: Run) -> None:
     print("\nOverhead (simulator latency 100 ms)")
     print(f"  {'':10}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     direct, _ = run.load(run.slow, "m", {})
+    lag_before = loop_lag_buckets(run.url)
     via, _ = run.load(run.gateway, "slow", run.auth())
+    lag_after = loop_lag_buckets(run.url)
     for label, r in (("direct", direct), ("Sluice", via)):
         print(f"  {label:10}{r.rps():10.1f}{r.percentile(50):10.1f}{r.percentile(99):10.1f}")
     print(
@@ -181,6 +192,34 @@ def overhead(run: Run) -> None:
         f"{via.percentile(50) - direct.percentile(50):10.2f}"
         f"{via.percentile(99) - direct.percentile(99):10.2f}"
     )
+    if run.workers == 1:  # a scrape reads the worker that answers it: one worker, its loop
+        p50, p99 = (lag_quantile(lag_before, lag_after, q) for q in (0.5, 0.99))
+        print(f"  event-loop lag during the Sluice run: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+
+def breakdown(run: Run) -> None:
+    """Where a worker's CPU goes at the ceiling: a py-spy profile of the worker during the
+    non-streaming ceiling load, each sample put in the stage of the call it was in."""
+    print("\nCPU per call by stage (zero-latency simulator, non-streaming, py-spy samples)")
+    pid = run.pids[-1]
+    measured: dict[str, tuple[LoadResult, float | None]] = {}
+    load = threading.Thread(
+        target=lambda: measured.update(x=run.load(run.gateway, "zero", run.auth(), cpu=True))
+    )
+    load.start()
+    time.sleep(1.5)  # past the load's warm-up second
+    stages = cpu_breakdown(pid, max(1.0, run.seconds - 1))
+    load.join()
+    if stages is None:
+        print("  (py-spy is not installed or may not attach: pip install py-spy; run as root)")
+        return
+    _, cpu = measured["x"]
+    total = sum(stages.values())
+    print(f"  {'stage':32}{'share':>8}{'CPU ms/call':>13}")
+    for stage, samples in stages.most_common():
+        share = samples / total
+        print(f"  {stage:32}{share * 100:7.1f}%{(cpu or 0) * share:13.3f}")
+    print(f"  {'all':32}{100:7.1f}%{cpu or 0:13.3f}   (one worker: pid {pid})")
 
 
 def protocols(run: Run, rounds: int = 2) -> None:
@@ -296,14 +335,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
         "--only",
-        choices=["ceiling", "overhead", "limits", "protocols"],
+        choices=["ceiling", "overhead", "breakdown", "limits", "protocols"],
         help="run one section (and its baseline)",
     )
     parser.add_argument(
         "--baseline", help="git ref (say main) to compare this checkout with, side by side"
     )
     args = parser.parse_args()
-    wanted = {args.only} if args.only else {"ceiling", "overhead", "limits", "protocols"}
+    wanted = (
+        {args.only} if args.only else {"ceiling", "overhead", "breakdown", "limits", "protocols"}
+    )
 
     with stack() as s:
         zero = s.simulator(
@@ -323,13 +364,15 @@ def main() -> None:
             f"worker(s), {os.cpu_count()} cores, database {database}"
         )
         client_cpu = resource.getrusage(resource.RUSAGE_SELF)
-        run = Run(s, gw_port, zero_port, slow_port, key, pids, c, secs)
+        run = Run(s, gw_port, zero_port, slow_port, key, pids, c, secs, args.workers)
         if args.baseline:
             before, before_pids = s.gateway(workers=args.workers, source=s.checkout(args.baseline))
             before_port = int(before.rsplit(":", 1)[1])
-            baseline = Run(s, before_port, zero_port, slow_port, key, before_pids, c, secs)
+            baseline = Run(
+                s, before_port, zero_port, slow_port, key, before_pids, c, secs, args.workers
+            )
             versus(run, baseline, args.baseline)
-        for section in (ceiling, overhead, limits, protocols):
+        for section in (ceiling, overhead, breakdown, limits, protocols):
             if section.__name__ in wanted and not args.baseline:
                 section(run)
         used = resource.getrusage(resource.RUSAGE_SELF)

@@ -46,9 +46,10 @@ gateway from that git ref, in one run:
                                        [--factors 1,2,5,10] [--baseline main] [--workers 2]
 
   offered load 1x … 10x the provider's capacity, the deployment sized right (8) and 4x too
-  large (32): interactive and batch served, goodput (calls served a second while calls
-  arrive, against the provider's capacity), 502s, attempts cut by a deadline, Retry-After
-  of refused batch calls, and the share of those served when they came back then.
+  large (32): interactive and batch served, inversions (an interactive call not served
+  while a batch call that arrived after it got a slot), goodput (calls served a second
+  while calls arrive, against the provider's capacity), 502s, attempts cut by a deadline,
+  Retry-After of refused batch calls, and the share of those served when they came back then.
 
     .venv/bin/python bench/overload.py --case drop [--seconds 90]
 
@@ -541,6 +542,23 @@ def _goodput(results: list[openloop.Result], capacity_rps: float, seconds: float
     return served / (seconds - start) / capacity_rps
 
 
+def inversions(results: list[openloop.Result]) -> int:
+    """Interactive calls not served while a batch call that arrived after them was given a
+    slot (its arrival plus its queue wait) before they were answered."""
+    granted = sorted(
+        (r.arrival.at + r.queue_ms / 1000, r.arrival.at)
+        for r in results
+        if r.served and r.arrival.priority == "batch"
+    )
+    count = 0
+    for r in results:
+        if r.arrival.priority != "interactive" or r.served:
+            continue
+        if any(r.arrival.at < arrived and at < r.ended for at, arrived in granted):
+            count += 1
+    return count
+
+
 def _open_rows(
     runs: list[tuple[list[openloop.Result], dict]], capacity_rps: float, seconds: float
 ) -> list[tuple[str, list[str]]]:
@@ -569,6 +587,7 @@ def _open_rows(
 
     return [
         ("interactive served", [_share(r, "interactive") for r, _ in runs]),
+        ("  inversions (later batch first)", [str(inversions(r)) for r, _ in runs]),
         ("  p99 from scheduled time (ms)", [p99(r) for r, _ in runs]),
         ("  p99 queue wait in Sluice (ms)", [queue_p99(r) for r, _ in runs]),
         ("batch served", [_share(r, "batch") for r, _ in runs]),

@@ -135,6 +135,9 @@ def main() -> None:
         s.manage(
             "set_limit", "member", EMAILS["member"], "--rpm", "120", "--daily-tokens", "5000000"
         )
+        # Monthly budgets: the Limits page and the Overview show their month-end forecast.
+        s.manage("set_limit", "member", EMAILS["member"], "--monthly-cost", "40")
+        s.manage("set_limit", "application", "seed-north-chat", "--monthly-cost", "900")
         s.manage("drain", "medium", "--minutes", "30")
         s.manage("shell", "-c", BATCH_SEED)
         try:

@@ -5,8 +5,8 @@ routing/observability/metrics.py) and the proxy's `/v1/…` through a lean handl
 middleware stack (routing/request_path/proxy_handler.py); the Batch API's `/v1/files` and
 `/v1/batches` through the same handler with a larger upload limit. Everything else (admin, console,
 management API) goes through Django's full handler, its body bounded in size and time
-(config/bounded_handler.py). Lifespan startup starts the capacity alert loop (and, with Redis, the
-metrics push); shutdown writes the audit rows still in memory.
+(config/bounded_handler.py). Lifespan startup starts the capacity and budget alert loops (and,
+with Redis, the metrics push); shutdown writes the audit rows still in memory.
 """
 
 import asyncio
@@ -29,7 +29,9 @@ from batches.handler import PATHS as BATCH_PATHS  # noqa: E402
 from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
 from routing.observability.audit import audit_writer  # noqa: E402
+from routing.observability.budget_alert import budget_alert_loop  # noqa: E402
 from routing.observability.capacity_alert import capacity_alert_loop  # noqa: E402
+from routing.observability.loop_lag import loop_lag_probe  # noqa: E402
 from routing.observability.metrics import (  # noqa: E402
     metrics_allowed,
     metrics_push_loop,
@@ -95,6 +97,8 @@ class Application:
                 loop = asyncio.get_running_loop()
                 # Every worker runs it; a Redis lock lets one of them evaluate each round.
                 self._background.append(loop.create_task(capacity_alert_loop()))
+                self._background.append(loop.create_task(budget_alert_loop()))
+                self._background.append(loop.create_task(loop_lag_probe()))
                 if settings.REDIS_URL:
                     self._background.append(loop.create_task(metrics_push_loop()))
                 await send({"type": "lifespan.startup.complete"})

@@ -234,6 +234,25 @@ SLUICE_CAPACITY_ALERT_EVERY_SECONDS = float(
     os.environ.get("SLUICE_CAPACITY_ALERT_EVERY_SECONDS", 30)
 )
 
+# The budget alert: a monthly budget whose month-end forecast (quotas/forecast.py) reaches
+# one of these shares of it is posted once to the webhook, and once more when the projection
+# falls MARGIN under that line again. Evaluated every EVERY_SECONDS by one worker.
+SLUICE_BUDGET_ALERT_THRESHOLDS = tuple(
+    sorted(
+        float(share)
+        for share in os.environ.get("SLUICE_BUDGET_ALERT_THRESHOLDS", "0.8,1.0").split(",")
+        if share.strip()
+    )
+)
+if any(not 0 < share <= 10 for share in SLUICE_BUDGET_ALERT_THRESHOLDS):
+    raise ValueError("SLUICE_BUDGET_ALERT_THRESHOLDS: shares of the budget, e.g. 0.8,1.0")
+SLUICE_BUDGET_ALERT_MARGIN = float(os.environ.get("SLUICE_BUDGET_ALERT_MARGIN", 0.05))
+SLUICE_BUDGET_ALERT_EVERY_SECONDS = float(os.environ.get("SLUICE_BUDGET_ALERT_EVERY_SECONDS", 300))
+# Unset: the capacity alert's webhook.
+SLUICE_BUDGET_ALERT_WEBHOOK_URL = os.environ.get(
+    "SLUICE_BUDGET_ALERT_WEBHOOK_URL", SLUICE_CAPACITY_ALERT_WEBHOOK_URL
+)
+
 # The Batch API (batches/): uploads may be larger than a proxied request; files are kept in
 # Django's storage "batches" (a local folder unless STORAGES says otherwise).
 SLUICE_BATCH_MAX_FILE_BYTES = int(os.environ.get("SLUICE_BATCH_MAX_FILE_BYTES", 200 * 1024 * 1024))

@@ -13,7 +13,12 @@ from accounts.selectors import admin_actions_visible_to
 from console.access import console_view, viewer_of
 from console.series_charts import series_charts
 from console.tables import Column, table
-from quotas.selectors import limit_rows, limits_of_member, member_usage
+from quotas.selectors import (
+    budget_forecasts_visible_to,
+    limit_rows,
+    limits_of_member,
+    member_usage,
+)
 from reports.usage import Period, usage_series
 from routing.catalog.selectors import deployment_board, recent_calls, usage_totals
 
@@ -26,6 +31,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "hour": usage_totals(viewer=viewer, since=now - timedelta(hours=1)),
         "day": usage_totals(viewer=viewer, since=now - timedelta(days=1)),
         "board": deployment_board(now=now),
+        "budgets": budget_forecasts_visible_to(viewer),
     }
     # The last 24 rollup hours (the current one included), in UTC so every bucket is a
     # whole rollup hour whatever the viewer's zone; at most 24 hours of rollups are read.
@@ -74,7 +80,7 @@ def usage(request: HttpRequest) -> HttpResponse:
                 "cost": sum(d.cost for d in days),
             },
             "peak_calls": max((d.calls for d in days), default=0),
-            "limits": limit_rows(list(limits_of_member(member))),
+            "limits": limit_rows(list(limits_of_member(member)), forecast=True),
             "calls": list(recent_calls(viewer=viewer, member_id=member.pk, limit=50)),
         }
     return render(request, "console/usage.html", context)

@@ -24,6 +24,7 @@ LIMIT_COLUMNS = [
     Column("day", "Tokens today"),
     Column("month", "Tokens this month"),
     Column("cost", "Spend this month"),
+    Column("forecast", "Month-end forecast"),
     Column("flight", "In flight"),
     Column("updated", "Changed", "updated_at"),
     Column("actions", ""),
@@ -38,7 +39,7 @@ def limit_list(request: HttpRequest) -> HttpResponse:
     if scope in Scope.values:
         qs = qs.filter(scope=scope)
     t = table(request, qs, LIMIT_COLUMNS, default_sort="scope")
-    rows = limit_rows(t.rows)
+    rows = limit_rows(t.rows, forecast=True)
     for row in rows:
         row.editable = _may_edit(viewer, row.scope, row.limit)  # type: ignore[attr-defined]
     return render(

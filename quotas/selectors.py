@@ -7,15 +7,17 @@ hour; the audit writer adds to them within seconds of a call).
 """
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
-from django.db.models.functions import TruncDay
+from django.db.models.functions import TruncDate, TruncDay
 from django.http import HttpRequest
 from django.utils import timezone
 from django_ratelimit.core import get_usage
@@ -30,6 +32,7 @@ from accounts.selectors import (
     teams_visible_to,
 )
 from quotas.counters import quota_counters
+from quotas.forecast import PATTERN_DAYS, Forecast, forecast_spend
 from quotas.limits import period_starts
 from quotas.models import Limit, RollupCounts, Scope, UsageRollup
 
@@ -145,6 +148,8 @@ class LimitRow:
     usage: Usage
     # limit field -> (used, limit, share used 0..1); only the limits that are set
     meters: dict[str, tuple[Any, Any, float]] = field(default_factory=dict)
+    # monthly budget field -> where it is heading (limit_rows(forecast=True) only)
+    forecasts: dict[str, Forecast] = field(default_factory=dict)
 
 
 def _target_id(limit: Limit) -> int:
@@ -186,10 +191,14 @@ def _requests_this_minute(limit: Limit) -> int | None:
     return int(usage["count"]) if usage else 0
 
 
-def limit_rows(limits: list[Limit], *, now: float | None = None) -> list[LimitRow]:
-    """Each limit with its current usage. Meant for one page of limits: a few indexed
-    queries per row and one round trip for every row's calls in flight."""
+def limit_rows(
+    limits: list[Limit], *, now: float | None = None, forecast: bool = False
+) -> list[LimitRow]:
+    """Each limit with its current usage (and, with `forecast`, where its monthly budgets
+    are heading). Meant for one page of limits: a few indexed queries per row and one
+    round trip for every row's calls in flight."""
     now = time.time() if now is None else now
+    forecasts = budget_forecasts(limits, now=now) if forecast else {}
     rows = []
     for limit in limits:
         day, _, month, _ = period_starts(now, _time_zone(limit))
@@ -204,7 +213,13 @@ def limit_rows(limits: list[Limit], *, now: float | None = None) -> list[LimitRo
             cost_this_month=month_used["cost"] or Decimal(0),
         )
         rows.append(
-            LimitRow(limit=limit, scope=limit.scope, name=limit_target_name(limit), usage=usage)
+            LimitRow(
+                limit=limit,
+                scope=limit.scope,
+                name=limit_target_name(limit),
+                usage=usage,
+                forecasts=forecasts.get(limit.pk, {}),
+            )
         )
     concurrency = [r for r in rows if r.limit.max_concurrency]
     if concurrency:
@@ -233,6 +248,105 @@ def _meters(limit: Limit, usage: Usage) -> dict[str, tuple[Any, Any, float]]:
             used = used or 0
             meters[name] = (used, cap, min(1.0, float(used) / float(cap)))
     return meters
+
+
+# The monthly budgets a forecast is made for, and the rollup sum each is spent in. A day's
+# budget (tokens_per_day) has no daily series to project from.
+BUDGET_FIELDS = {"cost_per_month": "cost", "tokens_per_month": "tokens"}
+
+
+def _budgets_of(limit: Limit) -> list[str]:
+    return [f for f in BUDGET_FIELDS if getattr(limit, f)]
+
+
+def budget_forecasts(
+    limits: Iterable[Limit], *, now: float | None = None
+) -> dict[int, dict[str, Forecast]]:
+    """Limit id -> monthly budget field -> its forecast (quotas/forecast.py), for the
+    limits given that have a monthly budget. The daily series are read from the hourly
+    rollups per local day of the target's team: one grouped query per scope and time zone,
+    over the month so far and the last PATTERN_DAYS days."""
+    now = time.time() if now is None else now
+    groups: dict[tuple[Scope, str], list[Limit]] = {}
+    for limit in limits:
+        if _budgets_of(limit):
+            groups.setdefault((Scope(limit.scope), _time_zone(limit)), []).append(limit)
+    out: dict[int, dict[str, Forecast]] = {}
+    for (scope, zone), members in groups.items():
+        day, next_day, month, next_month = period_starts(now, zone)
+        start = min(month, day - timedelta(days=PATTERN_DAYS))
+        column = "key_prefix" if scope is Scope.KEY else f"{scope.value}_id"
+        ids = {_series_id(limit): limit for limit in members}
+        rows = (
+            UsageRollup.objects.filter(**{f"{column}__in": list(ids)}, hour__gte=start)
+            .annotate(local_day=TruncDate("hour", tzinfo=ZoneInfo(zone)))
+            .values(column, "local_day")
+            .annotate(tokens=Sum("tokens_in") + Sum("tokens_out"), cost=Sum("cost"))
+            .order_by()
+        )
+        series: dict[Any, dict[str, dict[date, float]]] = {}
+        for row in rows:
+            by_sum = series.setdefault(row[column], {"tokens": {}, "cost": {}})
+            by_sum["tokens"][row["local_day"]] = float(row["tokens"] or 0)
+            by_sum["cost"][row["local_day"]] = float(row["cost"] or 0)
+        elapsed = (now - day.timestamp()) / (next_day.timestamp() - day.timestamp())
+        for target, limit in ids.items():
+            found = series.get(target, {"tokens": {}, "cost": {}})
+            out[limit.pk] = {
+                name: forecast_spend(
+                    found[BUDGET_FIELDS[name]],
+                    today=day.date(),
+                    day_elapsed=min(1.0, max(0.0, elapsed)),
+                    period_start=month.date(),
+                    period_end=next_month.date(),
+                    budget=float(getattr(limit, name)),
+                )
+                for name in _budgets_of(limit)
+            }
+    return out
+
+
+@dataclass(frozen=True)
+class BudgetForecast:
+    limit: Limit
+    scope: str
+    name: str
+    budget_field: str  # cost_per_month | tokens_per_month
+    forecast: Forecast
+
+    @property
+    def money(self) -> bool:
+        return self.budget_field == "cost_per_month"
+
+
+def budget_forecasts_visible_to(
+    viewer: Viewer, *, count: int = 10, now: float | None = None
+) -> list[BudgetForecast]:
+    """The viewer's monthly budgets (the limits they may see) with their forecasts, the
+    closest to running out first (then those without enough data); at most `count` of
+    the BUDGET_SCAN most recently changed limits with a monthly budget."""
+    limits = list(
+        limits_visible_to(viewer)
+        .select_related("api_key__application__team")
+        .filter(Q(cost_per_month__isnull=False) | Q(tokens_per_month__isnull=False))
+        .order_by("-updated_at", "-id")[:BUDGET_SCAN]
+    )
+    forecasts = budget_forecasts(limits, now=now)
+    found = [
+        BudgetForecast(limit, limit.scope, limit_target_name(limit), name, forecast)
+        for limit in limits
+        for name, forecast in forecasts.get(limit.pk, {}).items()
+    ]
+    found.sort(key=lambda b: -(b.forecast.share if b.forecast.share is not None else -1.0))
+    return found[:count]
+
+
+BUDGET_SCAN = 200
+
+
+def _series_id(limit: Limit) -> Any:
+    """The rollup column value a limit's usage is filed under (a key's prefix, else the id)."""
+    return limit.api_key.prefix if limit.scope == Scope.KEY else _target_id(limit)
 
 
 def limits_of_member(member: Member) -> QuerySet[Limit]:

@@ -12,6 +12,7 @@ lost. The folder is per database (a test database never receives a demo's rows).
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -49,12 +50,18 @@ def _decode(value: dict[str, Any]) -> Any:
     return value
 
 
+@functools.cache
+def _spooled_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind) if f.name not in NOT_SPOOLED)
+
+
 def encode_call(call: Any) -> bytes:
-    """One line: the call's fields (and its attempts') as JSON."""
-    fields = {
-        f.name: getattr(call, f.name) for f in dataclasses.fields(call) if f.name not in NOT_SPOOLED
-    }
-    fields["attempts"] = [dataclasses.asdict(a) for a in call.attempts]
+    """One line: the call's fields (and its attempts') as JSON. Read field by field, not with
+    `dataclasses.asdict`, whose deep copy was a tenth of the worker's CPU per call."""
+    fields = {name: getattr(call, name) for name in _spooled_names(type(call))}
+    fields["attempts"] = [
+        {name: getattr(a, name) for name in _spooled_names(type(a))} for a in call.attempts
+    ]
     return json.dumps(fields, default=_encode, separators=(",", ":")).encode() + b"\n"
 
 

@@ -28,6 +28,8 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
+from routing.observability.loop_lag import lag, worker_label
+
 log = logging.getLogger("sluice.metrics")
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -232,6 +234,25 @@ async def _deployment_families() -> list[Any]:
     return [effective, configured, in_flight, waiting, breaker]
 
 
+def _loop_families() -> list[Any]:
+    """This worker's event-loop lag (routing/observability/loop_lag.py): per worker, not
+    summed across the fleet, since each worker has a loop of its own."""
+    worker = worker_label()
+    lags = HistogramMetricFamily(
+        "sluice_event_loop_lag_seconds",
+        "how long a ready callback waited for this worker's event loop",
+        labels=["worker"],
+    )
+    lags.add_metric([worker], buckets=lag.cumulative(), sum_value=lag.total)
+    largest = GaugeMetricFamily(
+        "sluice_event_loop_lag_max_seconds",
+        "the longest wait for this worker's event loop since it started",
+        labels=["worker"],
+    )
+    largest.add_metric([worker], lag.largest)
+    return [lags, largest]
+
+
 class _Fixed:
     def __init__(self, families: Iterable[Any]) -> None:
         self._families = list(families)
@@ -242,7 +263,7 @@ class _Fixed:
 
 async def metrics_text() -> bytes:
     """The exposition text of every Sluice metric."""
-    families = _families(await _counts())
+    families = _families(await _counts()) + _loop_families()
     try:
         families += await _deployment_families()
     except Exception as exc:  # the counters still answer when the state or database can't

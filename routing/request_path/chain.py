@@ -180,6 +180,11 @@ class WalkLedger:
         return min(waits) if waits else None
 
 
+# One generator for every walk's backoff jitter: a new Random per call seeds itself from
+# os.urandom, a system call and a few microseconds on every call.
+_JITTER = random.Random()
+
+
 @dataclass
 class ChainWalk:
     call: CallLog
@@ -188,7 +193,7 @@ class ChainWalk:
     fallback: Fallback
     deadline: float  # time.monotonic()
     claim: Claim
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random = field(default_factory=lambda: _JITTER)  # a seeded one in tests
     ledger: WalkLedger = field(default_factory=WalkLedger)
 
     async def run(self) -> Answer | OpenStream:

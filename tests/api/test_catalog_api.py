@@ -67,6 +67,39 @@ def test_read_limits_in_scope(world: Any, client_as: Any, role: str) -> None:
         assert ("dev@acme.test" in names) == (role != "other")
 
 
+def test_limits_carry_the_month_end_forecast_of_their_budgets(world: Any, client_as: Any) -> None:
+    from decimal import Decimal
+
+    Limit.objects.create(scope="member", member=world.member, cost_per_month=Decimal("1000"))
+    Limit.objects.create(scope="team", team=world.other_team, tokens_per_month=10**6)
+    noon = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
+    for days_ago in range(1, 11):  # $4 a day for the last ten days
+        UsageRollup.objects.create(
+            hour=noon - timedelta(days=days_ago),
+            key_prefix=world.member_key_prefix,
+            deployment="dep-a",
+            member_id=world.member.pk,
+            application_id=world.app.pk,
+            team_id=world.team.pk,
+            requests=1,
+            cost=Decimal("4"),
+        )
+    data = client_as("member").get("/api/v1/limits/member/dev@acme.test/").json()
+    cost = data["forecast"]["cost_per_month"]
+    assert data["forecast"]["tokens_per_month"] is None  # no monthly token budget
+    assert (cost["unit"], cost["basis"], cost["budget"]) == ("USD", "recent", 1000.0)
+    assert cost["daily_rate"] == pytest.approx(4.0) and cost["runs_out_on"] is None
+    assert cost["projected"] > cost["spent"] and cost["projected_share"] < 1
+    listed = {r["name"]: r for r in client_as("other").get("/api/v1/limits/").json()}
+    assert "dev@acme.test" not in listed  # another team's forecast is not shown
+    tokens = listed["globex"]["forecast"]["tokens_per_month"]
+    assert (tokens["unit"], tokens["basis"], tokens["projected"]) == (
+        "tokens",
+        "insufficient",
+        None,
+    )
+
+
 def test_limit_bad_input(world: Any, client_as: Any) -> None:
     admin = client_as("admin")
     path = "/api/v1/limits/member/dev@acme.test/"
