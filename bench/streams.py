@@ -2,7 +2,8 @@
 trickling a chunk every 0.5-1 s, direct to the simulator and through one gateway worker, per N.
 
     .venv/bin/python bench/streams.py [--streams 1000,5000,10000] [--seconds 30]
-                                      [--open-rate R] [--clients 1] [--py-spy PREFIX]
+                                      [--open-rate R] [--chunk-ms 750] [--clients 1]
+                                      [--py-spy PREFIX]
 
 The streams open at `--open-rate` a second, by default N / `--seconds` (the turnover of N open
 streams of that length: 10,000 streams of 30 s start 333 a second), and each asks the
@@ -48,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 from harness import CLOCK_TICKS, cpu_seconds, stack
 
-GAP_MS = 750  # the simulator's mean gap between chunks; drawn within a third either side
+# The simulator's gap between chunks is drawn within a third either side of --chunk-ms (750:
+# a chunk every 0.5-1 s).
 SPREAD = 1 / 3
 BACKLOG = "8192"  # the kernel caps it at net.core.somaxconn
 
@@ -170,7 +172,13 @@ def _request(port: int, key: str | None, model: str, tokens: int) -> bytes:
 
 
 async def _run(
-    port: int, key: str | None, model: str, opens: list[float], end: float, deadline: float
+    port: int,
+    key: str | None,
+    model: str,
+    opens: list[float],
+    end: float,
+    deadline: float,
+    gap_ms: float,
 ) -> Side:
     loop = asyncio.get_running_loop()
     side = Side()
@@ -178,7 +186,7 @@ async def _run(
     streams: list[_Stream] = []
 
     async def one(at: float) -> None:
-        tokens = max(1, round((end - at) * 1000 / GAP_MS))
+        tokens = max(1, round((end - at) * 1000 / gap_ms))
         future = loop.create_future()
         ended.append(future)
         stream = _Stream(_request(port, key, model, tokens), side, future)
@@ -209,13 +217,19 @@ async def _run(
 
 
 def _client(
-    port: int, key: str | None, model: str, opens: list[float], end: float, deadline: float
+    port: int,
+    key: str | None,
+    model: str,
+    opens: list[float],
+    end: float,
+    deadline: float,
+    gap_ms: float,
 ) -> tuple[Side, float]:
     import uvloop
 
     _raise_open_files()
     used = resource.getrusage(resource.RUSAGE_SELF)
-    side = uvloop.run(_run(port, key, model, opens, end, deadline))
+    side = uvloop.run(_run(port, key, model, opens, end, deadline, gap_ms))
     after = resource.getrusage(resource.RUSAGE_SELF)
     return side, after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime
 
@@ -287,7 +301,7 @@ def run_side(
     end = opens[-1] + args.seconds  # every stream keeps going until then
     deadline = end + 30
     futures = [
-        pool.submit(_client, port, key, model, opens[k::clients], end, deadline)
+        pool.submit(_client, port, key, model, opens[k::clients], end, deadline, args.chunk_ms)
         for k in range(clients)
     ]
     sampler = None
@@ -351,7 +365,7 @@ def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: arg
         f"\n{n:,} streams (load average {load} at the end): opened at "
         f"{open_rate(n, args):.0f}/s over {n / open_rate(n, args):.1f} s, "
         f"all open together for {args.seconds:g} s, a chunk every "
-        f"{GAP_MS * (1 - SPREAD) / 1000:g}-{GAP_MS * (1 + SPREAD) / 1000:g} s"
+        f"{args.chunk_ms * (1 - SPREAD) / 1000:g}-{args.chunk_ms * (1 + SPREAD) / 1000:g} s"
     )
     print(f"  {'':24}{'direct':>10}{'Sluice':>10}{'added':>10}")
     for label, values_d, values_v, p in (
@@ -396,6 +410,13 @@ def main() -> None:
     )
     parser.add_argument("--clients", type=int, default=1, help="client processes")
     parser.add_argument(
+        "--chunk-ms",
+        type=float,
+        default=750,
+        help="mean gap between chunks, drawn within a third either side (default 750: a chunk "
+        "every 0.5-1 s)",
+    )
+    parser.add_argument(
         "--py-spy",
         metavar="PREFIX",
         help="record the gateway with py-spy during each run into PREFIX-N.txt (collapsed "
@@ -403,8 +424,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
-    if not counts or min(counts) < 1 or (args.open_rate or 1) <= 0 or args.clients < 1:
-        parser.error("--streams takes positive counts; --open-rate and --clients must be > 0")
+    if (
+        not counts
+        or min(counts) < 1
+        or (args.open_rate or 1) <= 0
+        or args.clients < 1
+        or args.chunk_ms <= 0
+    ):
+        parser.error("--streams takes positive counts; --open-rate, --clients, --chunk-ms > 0")
     hard = _raise_open_files()  # the simulator and the gateway inherit it
     print(
         f"Open streams: one gateway worker, {os.cpu_count()} cores, RLIMIT_NOFILE {hard}, "
@@ -413,11 +440,11 @@ def main() -> None:
     )
     most = max(counts)
     ramp = max(n / open_rate(n, args) for n in counts)
-    tokens = math.ceil((ramp + args.seconds) * 1000 / GAP_MS) + 10
+    tokens = math.ceil((ramp + args.seconds) * 1000 / args.chunk_ms) + 10
     with stack() as s, ProcessPoolExecutor(args.clients, mp_context=get_context("fork")) as pool:
         sim = s.simulator(
             "--model", f"m:{most * 2}", "--output-tokens", str(tokens),
-            "--token-latency-ms", str(GAP_MS), "--token-latency-spread", f"{SPREAD:.4f}",
+            "--token-latency-ms", str(args.chunk_ms), "--token-latency-spread", f"{SPREAD:.4f}",
             "--seed", "1", "--backlog", BACKLOG,
         )  # fmt: skip
         sim_port = int(sim.rsplit(":", 1)[1])
