@@ -106,10 +106,11 @@ class Stack:
         env: dict[str, str] | None = None,
         http: str = "config.http_protocol:SluiceHttpProtocol",
         source: Path = ROOT,
+        extra: tuple[str, ...] = (),
     ) -> tuple[str, list[int]]:
         """Start Sluice under uvicorn (as the production line of docs/operations.md; `http`
-        names uvicorn's protocol; from `source`: another checkout for a baseline); its base
-        URL and process ids."""
+        names uvicorn's protocol; from `source`: another checkout for a baseline; `extra`:
+        more uvicorn options, say `--backlog`); its base URL and process ids."""
         if not (source / "config" / "http_protocol.py").exists():
             http = "httptools"  # a baseline from before Sluice had its own protocol
         port = free_port()
@@ -130,6 +131,7 @@ class Stack:
                 http,
                 "--log-level",
                 "warning",
+                *extra,
             ],
             cwd=source,
             env=self.env | (env or {}),

@@ -20,8 +20,11 @@ from typing import Any
 
 import django
 
+from config.open_files import raise_open_files_limit
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
+raise_open_files_limit()  # two sockets per open stream: the host's hard limit, not 1,024
 
 from django.conf import settings  # noqa: E402
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: E402

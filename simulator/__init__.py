@@ -14,7 +14,15 @@ read into a plan), ``responses`` (answers, encoded once), ``faults`` (injection)
 """
 
 from simulator.app import Simulator
-from simulator.cli import add_arguments, bind_from_args, config_from_args, describe, main, serve
+from simulator.cli import (
+    add_arguments,
+    backlog_from_args,
+    bind_from_args,
+    config_from_args,
+    describe,
+    main,
+    serve,
+)
 from simulator.config import (
     FAULT_KINDS,
     FaultSpec,
@@ -34,6 +42,7 @@ __all__ = [
     "Simulator",
     "SimulatorConfig",
     "add_arguments",
+    "backlog_from_args",
     "bind_from_args",
     "config_from_args",
     "describe",

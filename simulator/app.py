@@ -76,6 +76,7 @@ class Simulator(FaultInjection):
         self._latency = config.latency_ms / 1000
         self._spread = config.latency_spread
         self._token_latency = config.token_latency_ms / 1000
+        self._token_spread = config.token_latency_spread
         self.responses = Responses()
         self._schedule_task: asyncio.Task | None = None
         self._restart_clock()
@@ -410,6 +411,12 @@ class Simulator(FaultInjection):
             return self._latency
         return self._latency * (1 + self._spread * (2 * self._rng.random() - 1))
 
+    def draw_token_latency(self) -> float:
+        """Seconds before the next streamed chunk."""
+        if not self._token_spread:
+            return self._token_latency
+        return self._token_latency * (1 + self._token_spread * (2 * self._rng.random() - 1))
+
     async def _answer(self, send: Send, plan: Plan, model: str, guard: Guard | None) -> None:
         if self._latency:
             await asyncio.sleep(self.draw_latency())
@@ -453,7 +460,7 @@ class Simulator(FaultInjection):
         if first:
             await send({"type": "http.response.body", "body": first, "more_body": True})
         for _ in range(plan.tokens):
-            await asyncio.sleep(delay)
+            await asyncio.sleep(self.draw_token_latency() if self._token_spread else delay)
             await send({"type": "http.response.body", "body": token, "more_body": True})
         if guard is not None:
             guard.finishing = True

@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
     parser.add_argument("--port", default=str(DEFAULT_PORT), help="bind port (default %(default)s)")
     parser.add_argument(
+        "--backlog",
+        default="2048",
+        help="listen backlog (default %(default)s, uvicorn's; the kernel caps it at "
+        "net.core.somaxconn): raise it for thousands of connections opened at once",
+    )
+    parser.add_argument(
         "--model",
         action="append",
         dest="models",
@@ -48,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each answer's latency drawn uniformly within F (0..1) of --latency-ms either side",
     )
     parser.add_argument("--token-latency-ms", default="0", help="delay between streamed chunks")
+    parser.add_argument(
+        "--token-latency-spread",
+        default="0",
+        metavar="F",
+        help="each gap between chunks drawn uniformly within F (0..1) of --token-latency-ms "
+        "either side (slow trickle streams: --token-latency-ms 750 --token-latency-spread 0.33)",
+    )
     parser.add_argument("--output-tokens", default="16", help="completion tokens per answer")
     parser.add_argument(
         "--rate-limit-probability",
@@ -120,6 +133,9 @@ def config_from_args(args: argparse.Namespace) -> SimulatorConfig:
         latency_ms=checked_number(args.latency_ms, "--latency-ms", float, 0),
         latency_spread=checked_number(args.latency_spread, "--latency-spread", float, 0, 1),
         token_latency_ms=checked_number(args.token_latency_ms, "--token-latency-ms", float, 0),
+        token_latency_spread=checked_number(
+            args.token_latency_spread, "--token-latency-spread", float, 0, 1
+        ),
         output_tokens=checked_number(args.output_tokens, "--output-tokens", int, 0, 1_000_000),
         rate_limit_probability=checked_number(
             args.rate_limit_probability, "--rate-limit-probability", float, 0, 1
@@ -140,13 +156,18 @@ def bind_from_args(args: argparse.Namespace) -> tuple[str, int]:
     return host, checked_number(args.port, "--port", int, 1, 65535)
 
 
+def backlog_from_args(args: argparse.Namespace) -> int:
+    return checked_number(getattr(args, "backlog", 2048), "--backlog", int, 1, 1_000_000)
+
+
 def describe(config: SimulatorConfig, host: str, port: int) -> str:
     """The one line printed at start-up."""
     models = ", ".join(f"{n} (capacity {c})" for n, c in config.models.items()) or "no models"
     extras = [
         f"latency {config.latency_ms:g} ms"
         + (f" ± {config.latency_spread:.0%}" if config.latency_spread else ""),
-        f"token latency {config.token_latency_ms:g} ms",
+        f"token latency {config.token_latency_ms:g} ms"
+        + (f" ± {config.token_latency_spread:.0%}" if config.token_latency_spread else ""),
         f"{config.output_tokens} output tokens",
     ]
     if config.rate_limit_probability:
@@ -160,7 +181,12 @@ def describe(config: SimulatorConfig, host: str, port: int) -> str:
     return f"Upstream simulator serving {models} on http://{host}:{port}/v1 ({', '.join(extras)})"
 
 
-def serve(config: SimulatorConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(
+    config: SimulatorConfig,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    backlog: int = 2048,
+) -> None:
     # Imported here so the module (and its tests' in-process use) doesn't need the server stack.
     import uvicorn
 
@@ -172,6 +198,7 @@ def serve(config: SimulatorConfig, host: str = DEFAULT_HOST, port: int = DEFAULT
         access_log=False,
         loop="uvloop",
         http="httptools",
+        backlog=backlog,
         lifespan="on",
         proxy_headers=False,  # nothing sits in front of the simulator: skip the middleware
         server_header=False,
@@ -190,10 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = config_from_args(args)
         host, port = bind_from_args(args)
+        backlog = backlog_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
     print(describe(config, host, port), flush=True)
-    serve(config, host, port)
+    serve(config, host, port, backlog)
 
 
 if __name__ == "__main__":

@@ -193,6 +193,9 @@ class SimulatorConfig:
     # latency_ms: real answers vary, and equal ones keep a full model's slots in lockstep.
     latency_spread: float = 0.0
     token_latency_ms: float = 0.0  # between streamed token chunks
+    # Each gap between chunks drawn within this fraction either side of token_latency_ms: a
+    # slow model trickling tokens (one every 0.5-1 s: 750 ms, spread 1/3).
+    token_latency_spread: float = 0.0
     output_tokens: int = 16
     rate_limit_probability: float = 0.0
     retry_after: int | None = None  # seconds; None sends the 429 without Retry-After
@@ -209,6 +212,7 @@ class SimulatorConfig:
         checked_number(self.latency_ms, "latency_ms", float, 0)
         checked_number(self.latency_spread, "latency_spread", float, 0, 1)
         checked_number(self.token_latency_ms, "token_latency_ms", float, 0)
+        checked_number(self.token_latency_spread, "token_latency_spread", float, 0, 1)
         checked_number(self.output_tokens, "output_tokens", int, 0)
         checked_number(self.rate_limit_probability, "rate_limit_probability", float, 0, 1)
         if self.retry_after is not None:

@@ -75,6 +75,7 @@ class FaultInjection:
     _context_length_bodies: dict[str, bytes]
     responses: Responses
     draw_latency: Callable[[], float]
+    draw_token_latency: Callable[[], float]
 
     def _draw_fault(self, plan: tuple[tuple[str, float], ...]) -> str | None:
         """One independent draw per configured fault, in FAULT_KINDS order; the first wins."""
@@ -188,7 +189,7 @@ class FaultInjection:
             if first:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
             for _ in range(sent):
-                await asyncio.sleep(self._token_latency)
+                await asyncio.sleep(self.draw_token_latency())
                 await send({"type": "http.response.body", "body": token, "more_body": True})
         else:
             body = first + token * sent

@@ -32,12 +32,12 @@ class StreamTap:
         chunks = complete.count(b"data: {")
         if (
             self.model
-            and self.forward_usage
             and b'"error"' not in complete
             and not any(u in complete for u in _USAGE_OBJECT)
             and complete.count(b"data:") == chunks + complete.count(b"data: [DONE]")
         ):
-            # The common case: nothing to learn, pass the bytes on as they are.
+            # The common case: nothing to learn and no usage chunk to drop, whether the
+            # client asked for usage or not: pass the bytes on as they are.
             self.chunks += chunks
             return complete
         kept = [self._keep(event) for event in complete.split(_EVENT_END) if event]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import itertools
 import json
 import socket
 import struct
@@ -222,10 +223,56 @@ def test_latency_spread_draws_each_answer_around_the_latency() -> None:
     assert {fixed.draw_latency() for _ in range(10)} == {0.2}
 
 
+def test_token_latency_spread_draws_each_gap_around_the_token_latency() -> None:
+    config = config_from_args(
+        _args("--token-latency-ms", "750", "--token-latency-spread", "0.34", "--seed", "5")
+    )
+    app = Simulator(config)
+    draws = [app.draw_token_latency() for _ in range(400)]
+    assert all(0.495 <= d <= 1.005 for d in draws)
+    assert min(draws) < 0.52 and max(draws) > 0.98  # one chunk every 0.5 to 1 s
+    assert sum(draws) / len(draws) == pytest.approx(0.75, abs=0.02)
+    fixed = Simulator(config_from_args(_args("--token-latency-ms", "750")))
+    assert {fixed.draw_token_latency() for _ in range(10)} == {0.75}
+
+
+async def test_a_trickle_stream_waits_a_drawn_gap_before_each_chunk() -> None:
+    config = SimulatorConfig(
+        models={"m": 4}, token_latency_ms=20, token_latency_spread=0.9, output_tokens=12, seed=1
+    )
+    arrivals: list[float] = []
+    request = json.dumps({"model": "m", "messages": CHAT, "stream": True}).encode()
+    messages = [{"type": "http.request", "body": request, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(3600)  # the client never leaves
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            arrivals.append(time.perf_counter())
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    await Simulator(config).__call__(scope, receive, send)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals[:-1])]  # token chunks
+    assert len(gaps) == 12
+    assert all(0.0015 <= g <= 0.06 for g in gaps)
+    assert max(gaps) - min(gaps) > 0.01  # drawn per chunk, not one fixed gap
+
+
+def test_backlog_flag_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--backlog", "0"])
+    assert "--backlog must be >= 1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--latency-ms", "-1"], "--latency-ms must be >= 0"),
+        (["--token-latency-spread", "2"], "--token-latency-spread must be <= 1"),
         (["--latency-spread", "1.5"], "--latency-spread must be <= 1"),
         (["--rate-limit-probability", "1.5"], "--rate-limit-probability must be <= 1"),
         (["--output-tokens", "many"], "--output-tokens must be an integer"),

@@ -28,8 +28,9 @@ class Command(BaseCommand):
         try:
             config = simulator.config_from_args(ns)
             host, port = simulator.bind_from_args(ns)
+            backlog = simulator.backlog_from_args(ns)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(simulator.describe(config, host, port))
         self.stdout.flush()
-        simulator.serve(config, host, port)
+        simulator.serve(config, host, port, backlog)
