@@ -5,8 +5,8 @@ faults under load, side by side with the same load on one host.
 
 Each gateway "host" runs in a network namespace of its own (`ip netns`), with its own
 address on a private bridge the harness makes and removes; Redis (a primary, a replica and
-three Sentinels), PgBouncer (transaction pooling, in front of a database of the local
-PostgreSQL), the simulator and HAProxy (health checks on `/healthz/ready`) run beside the
+three Sentinels), PgBouncer (transaction pooling, in front of a PostgreSQL cluster the
+harness makes), the simulator and HAProxy (health checks on `/healthz/ready`) run beside the
 bridge. Open-loop calls (bench/openloop.py: Poisson arrivals scheduled in advance) go
 through HAProxy: 20 % interactive, 80 % batch, from four members and one member whose key
 has a monthly token budget that the run spends. For each fault, while calls arrive:
@@ -16,6 +16,7 @@ has a monthly token budget that the run spends. For each fault, while calls arri
   host cut off    one host's link down for 5 s: no Redis, PostgreSQL, upstream or client
   Redis failover  kill -9 of the Redis primary: Sentinel promotes the replica
   PgBouncer       PgBouncer stopped and started again after 2 s
+  PostgreSQL      the harness's own PostgreSQL restarted (pg_ctl restart -m fast)
 
 printed: calls failed (no answer from a gateway: only calls in flight on a dead or cut
 host may fail), interactive calls served, the budget's accuracy (tokens admitted for the
@@ -46,10 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import openloop
 
 ROOT = Path(__file__).resolve().parent.parent
+_PG = Path("/usr/lib/postgresql")
+PG_BIN = max(_PG.iterdir(), key=lambda p: int(p.name)) / "bin" if _PG.is_dir() else _PG
 CALL_MS = 200
 CAPACITY = 8  # the simulator's model takes 8 calls at a time: 40 calls a second
 MEMBERS = {"m1": 1.0, "m2": 1.0, "m3": 1.0, "m4": 1.0, "budget": 2.0}
 BUDGET_CALLS = 60  # the budgeted key's monthly tokens: this many calls' worth
+METRICS_TOKEN = "fleet-metrics"
 EXTRA = {"max_tokens": 8}  # what the simulator answers: a reservation is what a call takes
 
 CONFIG = """
@@ -77,7 +81,9 @@ def missing() -> str | None:
     """Why the fleet cannot be built here, or None."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for tool in ("ip", "haproxy", "pgbouncer", "redis-server"):
+    if not (PG_BIN / "initdb").exists():
+        return "PostgreSQL's server binaries are not installed (initdb)"
+    for tool in ("ip", "haproxy", "pgbouncer", "redis-server", "runuser"):
         if not shutil.which(tool):
             return f"{tool} is not installed (apt-get install -y iproute2 haproxy pgbouncer redis)"
     if not (shutil.which("redis-sentinel") or shutil.which("redis-server")):
@@ -234,19 +240,38 @@ class Fleet:
         ).sentinel_get_master_addr_by_name("fleet")
         return int(address[1])
 
+    def pg(self, database: str = "") -> str:
+        """The harness's own PostgreSQL (restarted as a fault), as the harness reaches it."""
+        return f"postgres://postgres@127.0.0.1:{self.ports['postgres']}/{database or self.database}"
+
+    def pg_ctl(self, *args: str) -> None:
+        data = str(self.tmp / "pg")
+        sh("runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "-D", data, "-w", *args)
+
     def start_database(self) -> None:
-        self.database = f"sluice_fleet_{os.getpid()}"
-        with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{self.database}"')
+        """A PostgreSQL cluster of the harness's own (so it can be restarted), and PgBouncer
+        in front of it on the bridge."""
+        self.tmp.chmod(0o755)  # PostgreSQL and PgBouncer run as postgres (they refuse root)
+        data = self.tmp / "pg"
+        data.mkdir()
+        shutil.chown(data, "postgres", "postgres")
+        sh("runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D", str(data),
+           "-A", "trust", "-U", "postgres", "--no-sync")  # fmt: skip
+        self.ports["postgres"] = free_port()
+        options = f"-p {self.ports['postgres']} -c listen_addresses=127.0.0.1 -k {data} "
+        options += "-c fsync=off -c max_connections=200"
+        self.pg_ctl("-l", str(data / "server.log"), "-o", options, "start")
+        self.database = "sluice_fleet"
+        with psycopg.connect(self.pg("postgres"), autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{self.database}"')
         self.ports["pgbouncer"] = free_port()
-        self.tmp.chmod(0o755)  # PgBouncer runs as postgres (it refuses root)
         users = self.tmp / "userlist.txt"
         users.write_text('"postgres" ""\n')
         ini = self.tmp / "pgbouncer.ini"
         ini.write_text(
-            f"[databases]\n{self.database} = host=127.0.0.1 port=5432\n[pgbouncer]\n"
-            f"listen_addr = {self.net.address}\nlisten_port = {self.ports['pgbouncer']}\n"
+            f"[databases]\n{self.database} = host=127.0.0.1 port={self.ports['postgres']}\n"
+            f"[pgbouncer]\nlisten_addr = {self.net.address}\n"
+            f"listen_port = {self.ports['pgbouncer']}\n"
             f"unix_socket_dir =\nauth_type = trust\nauth_file = {users}\n"
             "pool_mode = transaction\ndefault_pool_size = 20\nmax_client_conn = 1000\n"
             "ignore_startup_parameters = extra_float_digits,options\n"
@@ -268,15 +293,14 @@ class Fleet:
             "REDIS_URL": self.redis_url(),
             "SLUICE_REDIS_PREFIX": f"fleet{os.getpid()}",
             "SLUICE_SECRET_KEY": "fleet-bench",
+            "SLUICE_METRICS_TOKEN": METRICS_TOKEN,
             "SLUICE_LOG_LEVEL": "WARNING",
             "SLUICE_AUDIT_FLUSH_SECONDS": "0.2",
             "SLUICE_AUDIT_SPOOL_DIR": str(self.tmp / f"spool-{host}"),
         }
 
     def manage(self, *args: str) -> str:
-        env = self.gateway_env() | {
-            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{self.database}"
-        }
+        env = self.gateway_env() | {"DATABASE_URL": self.pg()}
         done = subprocess.run(
             [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
             capture_output=True, text=True,
@@ -336,11 +360,9 @@ class Fleet:
         for name in list(self.procs):
             self.stop(name)
         self.net.down()
-        with (
-            suppress(psycopg.Error),
-            psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as c,
-        ):
-            c.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        if "postgres" in self.ports:
+            with suppress(subprocess.CalledProcessError):
+                self.pg_ctl("-m", "immediate", "stop")
 
 
 @contextmanager
@@ -375,10 +397,38 @@ class Row:
     answered: int
     audited: int
     recovery: float | None  # seconds from the fault to the last failure
+    seen: str = ""  # what a host's /healthz/ready and /metrics said 1.5 s into the fault
+
+
+async def observe(f: Fleet, index: int) -> str:
+    """What an operator sees on a host: its readiness (and the checks not ok) and the
+    deployment's breaker and in-flight gauges on /metrics."""
+    base = f"http://{f.net.host_address(index)}:8000"
+    try:
+        async with httpx.AsyncClient(timeout=2) as client:
+            ready = await client.get(f"{base}/healthz/ready")
+            checks = ready.json().get("checks", {})
+            text = (
+                await client.get(
+                    f"{base}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+                )
+            ).text
+    except (httpx.HTTPError, ValueError) as exc:
+        return f"host {index}: no answer ({type(exc).__name__})"
+    failing = ",".join(f"{k}={v}" for k, v in checks.items() if v != "ok")
+    status = f"{ready.status_code} {ready.json().get('status')}" + (
+        f" ({failing})" if failing else ""
+    )
+    breaker = next(
+        (line.split()[0].split('state="')[1].rstrip('"}') for line in text.splitlines()
+         if line.startswith("sluice_deployment_breaker_state") and line.endswith(" 1.0")),
+        "?",
+    )  # fmt: skip
+    return f"ready {status}; breaker {breaker}"
 
 
 def _tokens_of(f: Fleet, prefix: str) -> int:
-    with psycopg.connect(f"postgres://postgres@127.0.0.1:5432/{f.database}") as c:
+    with psycopg.connect(f.pg()) as c:
         row = c.execute(
             "SELECT COALESCE(SUM(tokens_in + tokens_out), 0) FROM routing_callrecord "
             "WHERE key_prefix = %s AND status_code = 200",
@@ -388,7 +438,7 @@ def _tokens_of(f: Fleet, prefix: str) -> int:
 
 
 def _audited(f: Fleet, ids: list[str]) -> int:
-    with psycopg.connect(f"postgres://postgres@127.0.0.1:5432/{f.database}") as c:
+    with psycopg.connect(f.pg()) as c:
         row = c.execute(
             "SELECT count(*) FROM routing_callrecord WHERE request_id = ANY(%s)", (ids,)
         ).fetchone()
@@ -409,7 +459,12 @@ def run(
     rate: float,
 ) -> Row:
     load = openloop.Load(rate, seconds, MEMBERS, interactive_share=0.2, seed=7)
-    events = [(fault_at, action)] if action else []
+    seen: list[str] = []
+
+    async def look() -> None:
+        seen.append(await observe(f, 0))
+
+    events = [(fault_at, action), (fault_at + 1.5, look)] if action else []
     results = asyncio.run(
         openloop.fire(
             f"{url}/v1/chat/completions", keys, load.arrivals, model="m", events=events,
@@ -440,6 +495,7 @@ def run(
         answered=len(answered),
         audited=audited,
         recovery=None if last is None or not action else max(0.0, last - fault_at - 0.5),
+        seen=seen[0] if seen else "",
     )
 
 
@@ -456,6 +512,9 @@ def print_rows(title: str, rows: list[Row]) -> None:
             f"{r.interactive * 100:12.1f}%{r.budget * 100:8.1f}%{r.answered:10}"
             f"{r.audited:9}{last:>14}"
         )
+    for r in rows:
+        if r.seen:
+            print(f"  {r.fault:16}1.5 s in, host 0: {r.seen}")
     print(
         "  (failed: no answer from a gateway; after: of those, calls that arrived after the "
         "fault began;\n   budget: tokens admitted for the budgeted key / its budget; last "
@@ -533,12 +592,16 @@ def _faults(f: Fleet) -> list[tuple[str, Callable[[], object] | None]]:
         await asyncio.sleep(3)  # then started again, as systemd would: it claims the spool
         f.start_host(index)
 
+    async def restart_postgres() -> None:
+        await asyncio.to_thread(f.pg_ctl, "-m", "fast", "restart")
+
     return [
         ("none", None),
         ("host killed", kill_host),
         ("host cut off", cut_off),
         ("Redis failover", failover),
         ("PgBouncer", bounce),
+        ("PostgreSQL", restart_postgres),
     ]
 
 

@@ -31,7 +31,14 @@ def test_the_fleet_rides_out_each_fault() -> None:
         fleet.print_rows(title, rows)
     (_, rows), (_, [single]) = tables
     by_fault = {r.fault: r for r in rows}
-    assert set(by_fault) == {"none", "host killed", "host cut off", "Redis failover", "PgBouncer"}
+    assert set(by_fault) == {
+        "none",
+        "host killed",
+        "host cut off",
+        "Redis failover",
+        "PgBouncer",
+        "PostgreSQL",
+    }
     for row in [*rows, single]:
         assert row.failed_after_fault == 0, row  # only calls in flight when it struck
         assert row.budget <= 1.0, row  # never more than the budget, across the fleet
