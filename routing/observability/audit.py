@@ -108,6 +108,8 @@ class CallLog:
     upstream_protocol: str = ""  # the kind of the upstream that served it
     degraded: list[str] = field(default_factory=list)  # what crossing kinds changed
     user_agent: str = ""
+    # A CallTrace (routing/observability/tracing.py) when traces are exported; not stored.
+    trace: Any = None
 
     @property
     def attempt_count(self) -> int:

@@ -6,9 +6,11 @@ still has an estimate of the tokens it produced.
 """
 
 import json
+import re
 from typing import Any
 
 _EVENT_END = b"\n\n"
+_FINISH_REASON = re.compile(rb'"finish_reason":\s*"([^"]{1,64})"')
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 
 
@@ -19,6 +21,8 @@ class StreamTap:
         self.usage: dict[str, Any] | None = None
         self.chunks = 0
         self.error: dict[str, Any] | None = None
+        # A list to collect the choices' finish reasons in (a traced call), or None.
+        self.finish_reasons: list[str] | None = None
         self._buffer = b""
 
     def feed(self, data: bytes) -> bytes:
@@ -29,6 +33,8 @@ class StreamTap:
             self._buffer = buffer
             return b""
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
+        if self.finish_reasons is not None and b'"finish_reason":' in complete:
+            self.finish_reasons += [r.decode() for r in _FINISH_REASON.findall(complete)]
         chunks = complete.count(b"data: {")
         if (
             self.model
