@@ -261,7 +261,9 @@ def _ns(call: CallLog, attempt: AttemptLog | None = None) -> tuple[int, int]:
 class _Tracer:
     """The SDK's provider with its batch exporter, and the thread that builds spans."""
 
-    def __init__(self) -> None:
+    def __init__(self, exporter: Any = None) -> None:
+        """`exporter`: the SDK's span exporter; OTLP over HTTP (as the OTEL_* variables say)
+        unless another is given (tests: the SDK's in-memory one)."""
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -272,7 +274,7 @@ class _Tracer:
             resource = resource.merge(Resource({SERVICE_NAME: "sluice"}))
         self.ids = _PresetIds()
         self.provider = TracerProvider(resource=resource, id_generator=self.ids)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter()))
         self.tracer = self.provider.get_tracer("sluice")
         self.queue: queue.SimpleQueue[CallLog] = queue.SimpleQueue()
         self._pid = os.getpid()
