@@ -103,9 +103,11 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def trace_simulator() -> Iterator[SimulatorHandle]:
-    """`tr-ok` answers; `tr-full` is always at capacity."""
+    """`tr-ok` answers; `tr-full` is always at capacity; `tr-claude` speaks Messages and
+    `tr-resp` Responses."""
     yield from start_simulator(
-        "--model", "tr-ok:16", "--model", "tr-full:16", "--fault", "tr-full:capacity=1"
+        "--model", "tr-ok:16", "--model", "tr-full:16", "--fault", "tr-full:capacity=1",
+        "--model", "tr-claude:16:anthropic", "--model", "tr-resp:16:openai-responses",
     )  # fmt: skip
 
 
@@ -121,9 +123,19 @@ def traced(
     from routing.catalog.config_file import apply_config, validate_config
 
     config = {
-        "upstreams": [{"name": "trace-sim", "base_url": f"{trace_simulator.url}/v1"}],
+        "upstreams": [
+            {"name": "trace-sim", "base_url": f"{trace_simulator.url}/v1"},
+            {"name": "trace-a", "kind": "anthropic", "base_url": f"{trace_simulator.url}/v1"},
+            {
+                "name": "trace-r",
+                "kind": "openai-responses",
+                "base_url": f"{trace_simulator.url}/v1",
+            },
+        ],
         "deployments": [
             {"name": "tr-ok", "upstream": "trace-sim", "model": "tr-ok"},
+            {"name": "tr-claude", "upstream": "trace-a", "model": "tr-claude"},
+            {"name": "tr-resp", "upstream": "trace-r", "model": "tr-resp"},
             {
                 "name": "tr-full",
                 "upstream": "trace-sim",
@@ -134,9 +146,15 @@ def traced(
         "routes": [
             {"name": "tr-plain", "chain": ["tr-ok"]},
             {"name": "tr-fallback", "chain": ["tr-full", "tr-ok"]},
+            {"name": "tr-claude", "chain": ["tr-claude"]},
+            {"name": "tr-resp", "chain": ["tr-resp"]},
         ],
         "applications": [
-            {"slug": "tracing", "team": "demo", "routes": ["tr-plain", "tr-fallback"]},
+            {
+                "slug": "tracing",
+                "team": "demo",
+                "routes": ["tr-plain", "tr-fallback", "tr-claude", "tr-resp"],
+            },
             {"slug": "tr-limited", "team": "demo", "routes": ["tr-plain"]},
         ],
         "limits": [{"scope": "application", "name": "tr-limited", "requests_per_minute": 1}],
@@ -161,16 +179,22 @@ def call(traced: GatewayHandle, django_db_blocker: Any) -> Callable[..., httpx.R
     keys: dict[str, str] = {}
 
     def post(
-        model: str, *, application: str = "tracing", headers: dict[str, str] | None = None, **body
+        model: str,
+        *,
+        application: str = "tracing",
+        headers: dict[str, str] | None = None,
+        path: str = "chat/completions",
+        **body: Any,
     ) -> httpx.Response:
         if application not in keys:
             email = f"{uuid.uuid4().hex[:10]}@example.com"
             with django_db_blocker.unblock():
                 member_ensure(email=email, team=Team.objects.get(slug="demo"))
                 keys[application] = key_issue(member_email=email, application_slug=application)[1]
+        content = {"input": MESSAGES} if path == "responses" else {"messages": MESSAGES}
         return httpx.post(
-            f"{traced.url}/v1/chat/completions",
-            json={"model": model, "messages": MESSAGES, **body},
+            f"{traced.url}/v1/{path}",
+            json={"model": model, **content, **body},
             headers={"Authorization": f"Bearer {keys[application]}", **(headers or {})},
             timeout=30,
         )
@@ -318,3 +342,36 @@ def test_a_call_without_a_traceparent_starts_its_own_trace(
     assert len(span["trace_id"]) == 32 and int(span["trace_id"], 16)
     seen = trace_simulator.stats("tr-ok")["traceparents"]
     assert f"00-{span['trace_id']}-{attempt['span_id']}-01" in seen
+
+
+def test_a_messages_stream_to_anthropic_is_traced_as_anthropic(
+    call: Callable[..., httpx.Response], receiver: Receiver
+) -> None:
+    response = call("tr-claude", path="messages", max_tokens=16, stream=True)
+    assert response.status_code == 200, response.text
+    assert b"message_stop" in response.content
+    span, (attempt,) = receiver.trace_of(response.headers["x-sluice-request-id"])
+
+    a = span["attributes"]
+    assert span["name"] == "chat tr-claude"
+    assert a["gen_ai.provider.name"] == "anthropic"
+    assert a["sluice.client_protocol"] == "anthropic"
+    assert a["gen_ai.usage.output_tokens"] > 0
+    assert a["gen_ai.response.finish_reasons"] == ["end_turn"]
+    assert attempt["attributes"]["gen_ai.provider.name"] == "anthropic"
+    _no_content([span, attempt])
+
+
+def test_a_responses_call_reports_its_cache_tokens(
+    call: Callable[..., httpx.Response], receiver: Receiver
+) -> None:
+    response = call("tr-resp", path="responses")
+    assert response.status_code == 200, response.text
+    span, (attempt,) = receiver.trace_of(response.headers["x-sluice-request-id"])
+
+    a = span["attributes"]
+    assert a["gen_ai.provider.name"] == "openai"
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 0
+    assert a["gen_ai.usage.input_tokens"] > 0
+    assert a["gen_ai.response.finish_reasons"] == ["stop"]
+    assert attempt["attributes"]["gen_ai.usage.cache_read.input_tokens"] == 0
