@@ -1,31 +1,32 @@
 """OpenTelemetry traces of calls, built after the fact from the call's record.
 
 Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set;
-then the standard `OTEL_*` variables apply (service name, headers, sampler, batch delay).
+then the standard `OTEL_*` variables apply (service name and resource attributes, the
+exporter's headers, TLS, compression and timeout, the sampler, the batch delay and sizes).
 On the request path only two cheap things happen: a client's `traceparent` is read (or a
 trace id drawn) into a `CallTrace`, and each upstream attempt draws its span id and sends it
-on as the attempt's own `traceparent`. Everything else — the spans, their attributes, the
-export — happens once the call is complete: `record()` hands the finished `CallLog` to a
-thread that builds one span for the call and one per attempt sent, with the ids and times
-the path recorded, and gives them to the SDK's batch processor (which exports from its own
-thread). Attributes follow the OpenTelemetry GenAI semantic conventions, Sluice's own facts
-are under `sluice.`; no message content is ever recorded.
+on as the attempt's own `traceparent`. Everything else happens once the call is complete:
+`record()` queues the finished `CallLog` for a thread that writes its spans
+(routing/observability/trace_spans.py) and exports them in batches with the SDK's OTLP/HTTP
+exporter. No message content is ever recorded.
 """
 
+import atexit
 import logging
 import os
 import queue
 import random
 import re
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-from core.outcomes import Outcome
 from routing.catalog.specs import DeploymentSpec
+from routing.observability import otlp_wire
 from routing.observability.audit import AttemptLog, CallLog
+from routing.observability.trace_spans import spans_of
 
 log = logging.getLogger("sluice.tracing")
 
@@ -90,7 +91,7 @@ def incoming(headers: Mapping[str, str]) -> CallTrace | None:
         trace_id, parent_id, flags = parent
         state = (headers.get("tracestate") or "")[:512]
         call = CallTrace(trace_id, span_id, parent_id, bool(flags & _SAMPLED), state)
-    call.sampled = tracer.sampled(call)
+    call.sampled = tracer.sampler.sampled(trace_id, None if parent is None else call.sampled)
     return call
 
 
@@ -100,7 +101,7 @@ def record(call: CallLog) -> None:
     if trace is not None and trace.sampled:
         tracer = _tracer()
         if tracer is not None:
-            tracer.queue.put(call)
+            tracer.take(call)
 
 
 def finish_reasons(answer: Any) -> list[str]:
@@ -144,248 +145,148 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-# --- building the spans -------------------------------------------------------------------
+class Sampler:
+    """The standard samplers OTEL_TRACES_SAMPLER names (the SDK's rules, decided here on the
+    request path so the upstream's traceparent says the same): always_on, always_off,
+    traceidratio and their parentbased_ forms (the default: parentbased_always_on)."""
 
-_OPERATIONS = {"completions": "text_completion", "embeddings": "embeddings"}  # others: chat
-_PROVIDERS = {"anthropic": "anthropic"}  # "openai" and "openai-responses": openai
-_CLIENT_PROVIDERS = {"anthropic": "anthropic"}  # the client's protocol, when none served
+    def __init__(self, name: str, argument: str) -> None:
+        name = name.strip().lower() or "parentbased_always_on"
+        self.parent_based = name.startswith("parentbased_")
+        root = name.removeprefix("parentbased_")
+        if root not in ("always_on", "always_off", "traceidratio"):
+            log.warning("OTEL_TRACES_SAMPLER=%s is not supported here: parentbased_always_on", name)
+            self.parent_based, root = True, "always_on"
+        rate = 1.0
+        if root == "traceidratio":
+            try:
+                rate = min(1.0, max(0.0, float(argument or 1.0)))
+            except ValueError:
+                log.warning("OTEL_TRACES_SAMPLER_ARG=%r is no rate: 1.0", argument)
+        elif root == "always_off":
+            rate = 0.0
+        # As the SDK's TraceIdRatioBased: the trace id's low 64 bits below the bound.
+        self.bound = round(rate * (1 << 64))
 
-
-def operation_of(endpoint: str) -> str:
-    return _OPERATIONS.get(endpoint, "chat")
-
-
-def provider_of(kind: str) -> str:
-    return _PROVIDERS.get(kind, "openai")
-
-
-def _usage(attributes: dict[str, Any], call: CallLog, trace: CallTrace) -> None:
-    if call.tokens_in or call.tokens_out:
-        attributes["gen_ai.usage.input_tokens"] = call.tokens_in
-        attributes["gen_ai.usage.output_tokens"] = call.tokens_out
-    if trace.cache_read_tokens is not None:
-        attributes["gen_ai.usage.cache_read.input_tokens"] = trace.cache_read_tokens
-    if trace.cache_write_tokens is not None:
-        attributes["gen_ai.usage.cache_creation.input_tokens"] = trace.cache_write_tokens
-    if trace.finish_reasons:
-        attributes["gen_ai.response.finish_reasons"] = list(trace.finish_reasons)
-    if call.upstream_model:
-        attributes["gen_ai.response.model"] = call.upstream_model
-
-
-def call_attributes(call: CallLog) -> dict[str, Any]:
-    """The call span's attributes: what the client asked, what served it, Sluice's facts."""
-    trace = call.trace
-    assert trace is not None
-    served = call.upstream_protocol
-    provider = provider_of(served) if served else _CLIENT_PROVIDERS.get(call.client_protocol)
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": operation_of(call.endpoint),
-        "gen_ai.provider.name": provider or "openai",
-        "gen_ai.request.model": call.requested_model[:200],
-        "http.response.status_code": call.status_code,
-        "sluice.request_id": call.request_id,
-        "sluice.route": call.route,
-        "sluice.outcome": call.outcome,
-        "sluice.stream": call.stream,
-        "sluice.attempts": call.attempt_count,
-        "sluice.retries": call.retries,
-        "sluice.fell_back": call.fell_back,
-        "sluice.client_protocol": call.client_protocol,
-    }
-    if call.outcome != Outcome.SUCCESS:
-        attributes["error.type"] = call.outcome
-    if call.member_id is not None:
-        attributes["sluice.member.id"] = call.member_id
-    if call.application_slug:
-        attributes["sluice.application"] = call.application_slug
-    if call.key_prefix:
-        attributes["sluice.key_prefix"] = call.key_prefix
-    if call.priority:
-        attributes["sluice.priority"] = call.priority
-    if call.queue_ms is not None:
-        attributes["sluice.queue_ms"] = round(call.queue_ms, 3)
-    if call.served_deployment:
-        attributes["sluice.served_deployment"] = call.served_deployment
-    if call.cache:
-        attributes["sluice.cache"] = call.cache
-    if call.batch_id:
-        attributes["sluice.batch_id"] = call.batch_id
-    if call.degraded:
-        attributes["sluice.degraded"] = list(call.degraded)
-    _usage(attributes, call, trace)
-    return attributes
-
-
-def attempt_attributes(
-    call: CallLog, attempt: AttemptLog, deployment: DeploymentSpec
-) -> dict[str, Any]:
-    """An upstream attempt's span attributes; the one that served carries the answer's."""
-    trace = call.trace
-    assert trace is not None
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": operation_of(call.endpoint),
-        "gen_ai.provider.name": provider_of(deployment.upstream.kind),
-        "gen_ai.request.model": deployment.model,
-        "sluice.deployment": deployment.name,
-        "sluice.upstream": deployment.upstream.name,
-        "sluice.attempt": attempt.number,
-    }
-    host = urlsplit(deployment.upstream.base_url)
-    if host.hostname:
-        attributes["server.address"] = host.hostname
-        if host.port:
-            attributes["server.port"] = host.port
-    if attempt.status_code is not None:
-        attributes["http.response.status_code"] = attempt.status_code
-    if attempt.ended_by:
-        attributes["error.type"] = attempt.ended_by
-    if attempt.retry_delay_ms is not None:
-        attributes["sluice.retry.delay_ms"] = round(attempt.retry_delay_ms, 3)
-        attributes["sluice.retry.reason"] = attempt.retry_reason
-    if not attempt.ended_by and deployment.name == call.served_deployment:
-        _usage(attributes, call, trace)
-    return attributes
-
-
-def _ns(call: CallLog, attempt: AttemptLog | None = None) -> tuple[int, int]:
-    """A span's start and end, in ns since the epoch."""
-    if attempt is None:
-        start, ms = call.created_at.timestamp(), call.latency_ms
-    else:
-        start, ms = attempt.started_at.timestamp(), attempt.duration_ms
-    begin = int(start * 1e9)
-    return begin, begin + int(ms * 1e6)
+    def sampled(self, trace_id: int, parent_sampled: bool | None) -> bool:
+        """`parent_sampled`: the client's traceparent's flag (None: no parent)."""
+        if self.parent_based and parent_sampled is not None:
+            return parent_sampled
+        return trace_id & 0xFFFFFFFFFFFFFFFF < self.bound
 
 
 class _Tracer:
-    """The SDK's provider with its batch exporter, and the thread that builds spans."""
+    """The process's exporter and the thread that writes and sends the spans in batches
+    (OTEL_BSP_SCHEDULE_DELAY ms apart, at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans each;
+    past OTEL_BSP_MAX_QUEUE_SIZE calls waiting, new ones are dropped, as the SDK does)."""
 
-    def __init__(self, exporter: Any = None) -> None:
-        """`exporter`: the SDK's span exporter; OTLP over HTTP (as the OTEL_* variables say)
-        unless another is given (tests: the SDK's in-memory one)."""
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    def __init__(self, send: Callable[[bytes], object] | None = None) -> None:
+        """`send`: posts an encoded export request; the SDK's OTLP/HTTP exporter's client
+        (with its retries, headers, TLS and compression from the OTEL_* variables) unless
+        another is given (tests)."""
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        env = os.environ
+        self.sampler = Sampler(
+            env.get("OTEL_TRACES_SAMPLER", ""), env.get("OTEL_TRACES_SAMPLER_ARG", "")
+        )
         resource = Resource.create()
         if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({SERVICE_NAME: "sluice"}))
-        self.ids = _PresetIds()
-        self.provider = TracerProvider(resource=resource, id_generator=self.ids)
-        self.provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter()))
-        self.tracer = self.provider.get_tracer("sluice")
+        self.resource = otlp_wire.resource(resource.attributes.items())
+        self.scope = otlp_wire.scope("sluice", _version())
+        self.send = send or _otlp_http()
+        self.delay = _env_number("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self.batch_size = max(1, int(_env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)))
+        self.max_queue = max(1, int(_env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048)))
         self.queue: queue.SimpleQueue[CallLog] = queue.SimpleQueue()
+        self.dropped = 0
+        self._pending: list[bytes] = []
+        self._lock = threading.Lock()
         self._pid = os.getpid()
-        threading.Thread(target=self._build_forever, name="sluice-tracing", daemon=True).start()
+        threading.Thread(target=self._run, name="sluice-tracing", daemon=True).start()
+        atexit.register(self.flush)
 
-    def sampled(self, trace: CallTrace) -> bool:
-        """The sampler's word (OTEL_TRACES_SAMPLER), asked on the path so the upstream is
-        told the same; the standard samplers answer the same again when the spans are
-        built."""
-        result = self.provider.sampler.should_sample(_parent(trace), trace.trace_id, "call")
-        return result.decision.is_sampled()
+    def take(self, call: CallLog) -> None:
+        if self.queue.qsize() >= self.max_queue:
+            self.dropped += 1
+            if self.dropped in (1, 1000) or self.dropped % 100_000 == 0:
+                log.warning("tracing queue full: %d calls' spans dropped so far", self.dropped)
+            return
+        self.queue.put(call)
 
-    def _build_forever(self) -> None:
+    def _run(self) -> None:
+        due = None  # when the oldest pending span is to be sent
         while True:
-            call = self.queue.get()
+            wait = None if due is None else max(0.0, due - time.monotonic())
             try:
-                self.build(call)
-            except Exception:  # a bug here must cost a trace, never the thread
-                log.exception("could not build the trace of %s", call.request_id)
+                call = self.queue.get(timeout=wait)
+            except queue.Empty:
+                call = None
+            with self._lock:
+                if call is not None:
+                    self._encode(call)
+                    due = due or time.monotonic() + self.delay
+                full = len(self._pending) >= self.batch_size
+                if self._pending and (call is None or full or time.monotonic() >= due):
+                    self._export()
+                    due = None
 
-    def build(self, call: CallLog) -> None:
-        from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+    def _encode(self, call: CallLog) -> None:
+        try:
+            self._pending += spans_of(call)
+        except Exception:  # a bug here must cost a trace, never the thread
+            log.exception("could not write the trace of %s", call.request_id)
 
-        trace = call.trace
-        assert trace is not None
-        start, end = _ns(call)
-        operation = operation_of(call.endpoint)
-        self.ids.preset(trace.trace_id, trace.span_id)
-        span = self.tracer.start_span(
-            f"{operation} {call.requested_model[:200]}".strip(),
-            context=_parent(trace),
-            kind=SpanKind.SERVER,
-            attributes=call_attributes(call),
-            start_time=start,
-        )
-        if call.outcome != Outcome.SUCCESS:
-            span.set_status(Status(StatusCode.ERROR, call.outcome))
-        inside = set_span_in_context(span)
-        for attempt in call.attempts:
-            if attempt.skipped:
-                span.add_event(
-                    "sluice.deployment_skipped",
-                    {
-                        "sluice.deployment": attempt.deployment,
-                        "sluice.skip_reason": attempt.skipped,
-                    },
-                    timestamp=_ns(call, attempt)[0],
-                )
-                continue
-            sent = trace.sent.get(attempt.number)
-            if sent is None:
-                continue
-            span_id, deployment = sent
-            begin, finish = _ns(call, attempt)
-            self.ids.preset(trace.trace_id, span_id)
-            child = self.tracer.start_span(
-                f"{operation} {deployment.model}",
-                context=inside,
-                kind=SpanKind.CLIENT,
-                attributes=attempt_attributes(call, attempt, deployment),
-                start_time=begin,
-            )
-            if attempt.ended_by:
-                child.set_status(Status(StatusCode.ERROR, attempt.ended_by))
-            child.end(end_time=max(begin, finish))
-        span.end(end_time=end)
+    def _export(self) -> None:
+        batch, self._pending = self._pending, []
+        for start in range(0, len(batch), self.batch_size):
+            spans = batch[start : start + self.batch_size]
+            try:
+                self.send(otlp_wire.export_request(self.resource, self.scope, spans))
+            except Exception:
+                log.exception("could not export %d spans", len(spans))
 
-    def flush(self, timeout_ms: int = 5000) -> None:
-        self.provider.force_flush(timeout_ms)
+    def flush(self) -> None:
+        """Write and send every call queued so far (shutdown, tests)."""
+        with self._lock:
+            while not self.queue.empty():
+                self._encode(self.queue.get())
+            if self._pending:
+                self._export()
 
 
-def _parent(trace: CallTrace) -> Any:
-    """The context a call's span starts in: the client's span, or none."""
-    from opentelemetry.context import Context
-    from opentelemetry.trace import (
-        NonRecordingSpan,
-        SpanContext,
-        TraceFlags,
-        TraceState,
-        set_span_in_context,
-    )
+def _otlp_http() -> Callable[[bytes], object]:
+    """The OpenTelemetry SDK's OTLP/HTTP protobuf exporter, as configured by the OTEL_*
+    variables, sending bytes already encoded."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    if not trace.parent_id:
-        return Context()
-    state = TraceState.from_header([trace.tracestate]) if trace.tracestate else None
-    flags = TraceFlags(_SAMPLED if trace.sampled else 0)
-    remote = SpanContext(trace.trace_id, trace.parent_id, True, flags, state)
-    return set_span_in_context(NonRecordingSpan(remote), Context())
+    exporter = OTLPSpanExporter()
+
+    def send(data: bytes) -> object:
+        result = exporter._client.export(data)
+        if not result.success:
+            log.warning("trace export failed (%s): %s", result.status_code, result.error)
+        return result
+
+    return send
 
 
-class _PresetIds:
-    """The SDK's id generator, answering with the ids the request path already drew (and
-    sent upstream) for the span about to start; random ones otherwise."""
+def _env_number(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        log.warning("%s is not a number: %s", name, default)
+        return default
 
-    def __init__(self) -> None:
-        self._trace_id = 0
-        self._span_id = 0
 
-    def preset(self, trace_id: int, span_id: int) -> None:
-        self._trace_id, self._span_id = trace_id, span_id  # only the builder thread calls
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    def generate_span_id(self) -> int:
-        span_id, self._span_id = self._span_id, 0
-        return span_id or random.getrandbits(64) or 1
-
-    def generate_trace_id(self) -> int:
-        trace_id, self._trace_id = self._trace_id, 0
-        return trace_id or random.getrandbits(128) or 1
-
-    def is_trace_id_random(self) -> bool:
-        return False
+    try:
+        return version("sluice")
+    except PackageNotFoundError:
+        return ""
 
 
 def enabled() -> bool:

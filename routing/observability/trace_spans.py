@@ -1,0 +1,196 @@
+"""What a finished call's record becomes in a trace: its span, and one per upstream attempt
+sent, as OTLP protobuf (routing/observability/otlp_wire.py), with the ids and times the
+request path recorded. Attributes follow the OpenTelemetry GenAI semantic conventions;
+Sluice's own facts are under `sluice.`. No message content, ever."""
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from core.outcomes import Outcome
+from routing.catalog.specs import DeploymentSpec
+from routing.observability import otlp_wire
+from routing.observability.audit import AttemptLog, CallLog
+
+_OPERATIONS = {"completions": "text_completion", "embeddings": "embeddings"}  # others: chat
+_PROVIDERS = {"anthropic": "anthropic"}  # "openai" and "openai-responses": openai
+
+
+def operation_of(endpoint: str) -> str:
+    return _OPERATIONS.get(endpoint, "chat")
+
+
+def provider_of(kind: str) -> str:
+    """gen_ai.provider.name of an upstream kind (or of the client's protocol)."""
+    return _PROVIDERS.get(kind, "openai")
+
+
+def _answer(call: CallLog) -> tuple[tuple[str, Any], ...]:
+    """What the answer reported: the served model, why it ended (few distinct values)."""
+    trace = call.trace
+    items: tuple[tuple[str, Any], ...] = ()
+    if call.upstream_model:
+        items += (("gen_ai.response.model", call.upstream_model[:200]),)
+    if trace.finish_reasons:
+        items += (("gen_ai.response.finish_reasons", tuple(trace.finish_reasons)),)
+    return items
+
+
+def _usage(call: CallLog) -> list[tuple[str, Any]]:
+    """The tokens the answer used (different for every call)."""
+    trace = call.trace
+    items: list[tuple[str, Any]] = []
+    if call.tokens_in or call.tokens_out:
+        items += [
+            ("gen_ai.usage.input_tokens", call.tokens_in),
+            ("gen_ai.usage.output_tokens", call.tokens_out),
+        ]
+    if trace.cache_read_tokens is not None:
+        items.append(("gen_ai.usage.cache_read.input_tokens", trace.cache_read_tokens))
+    if trace.cache_write_tokens is not None:
+        items.append(("gen_ai.usage.cache_creation.input_tokens", trace.cache_write_tokens))
+    return items
+
+
+def call_attributes(call: CallLog) -> tuple[tuple[tuple[str, Any], ...], list[tuple[str, Any]]]:
+    """The call span's attributes: those that repeat from call to call (encoded once per
+    distinct set), and those of this call alone."""
+    served = call.upstream_protocol
+    shared: tuple[tuple[str, Any], ...] = (
+        ("gen_ai.operation.name", operation_of(call.endpoint)),
+        ("gen_ai.provider.name", provider_of(served or call.client_protocol)),
+        ("gen_ai.request.model", call.requested_model[:200]),
+        ("http.response.status_code", call.status_code),
+        ("sluice.route", call.route),
+        ("sluice.outcome", call.outcome),
+        ("sluice.stream", call.stream),
+        ("sluice.attempts", call.attempt_count),
+        ("sluice.retries", call.retries),
+        ("sluice.fell_back", call.fell_back),
+        ("sluice.client_protocol", call.client_protocol),
+    )
+    if call.outcome != Outcome.SUCCESS:
+        shared += (("error.type", call.outcome),)
+    if call.member_id is not None:
+        shared += (("sluice.member.id", call.member_id),)
+    if call.application_slug:
+        shared += (("sluice.application", call.application_slug),)
+    if call.key_prefix:
+        shared += (("sluice.key_prefix", call.key_prefix),)
+    if call.priority:
+        shared += (("sluice.priority", call.priority),)
+    if call.served_deployment:
+        shared += (("sluice.served_deployment", call.served_deployment),)
+    if call.cache:
+        shared += (("sluice.cache", call.cache),)
+    if call.degraded:
+        shared += (("sluice.degraded", tuple(call.degraded)),)
+    shared += _answer(call)
+    own = [("sluice.request_id", call.request_id), *_usage(call)]
+    if call.queue_ms is not None:
+        own.append(("sluice.queue_ms", round(call.queue_ms, 3)))
+    if call.batch_id:
+        own.append(("sluice.batch_id", call.batch_id))
+    return shared, own
+
+
+def attempt_attributes(
+    call: CallLog, attempt: AttemptLog, deployment: DeploymentSpec
+) -> tuple[tuple[tuple[str, Any], ...], list[tuple[str, Any]]]:
+    """An upstream attempt span's attributes, shared and its own; the attempt that served
+    carries the answer's."""
+    upstream = deployment.upstream
+    shared: tuple[tuple[str, Any], ...] = (
+        ("gen_ai.operation.name", operation_of(call.endpoint)),
+        ("gen_ai.provider.name", provider_of(upstream.kind)),
+        ("gen_ai.request.model", deployment.model),
+        ("sluice.deployment", deployment.name),
+        ("sluice.upstream", upstream.name),
+        ("sluice.attempt", attempt.number),
+    )
+    address = urlsplit(upstream.base_url)
+    if address.hostname:
+        shared += (("server.address", address.hostname),)
+        if address.port:
+            shared += (("server.port", address.port),)
+    if attempt.status_code is not None:
+        shared += (("http.response.status_code", attempt.status_code),)
+    if attempt.ended_by:
+        shared += (("error.type", attempt.ended_by),)
+    if attempt.retry_reason:
+        shared += (("sluice.retry.reason", attempt.retry_reason),)
+    own: list[tuple[str, Any]] = []
+    if attempt.retry_delay_ms is not None:
+        own.append(("sluice.retry.delay_ms", round(attempt.retry_delay_ms, 3)))
+    if not attempt.ended_by and deployment.name == call.served_deployment:
+        shared += _answer(call)
+        own += _usage(call)
+    return shared, own
+
+
+def _ns(call: CallLog, attempt: AttemptLog | None = None) -> tuple[int, int]:
+    """A span's start and end, in ns since the epoch."""
+    if attempt is None:
+        start, ms = call.created_at.timestamp(), call.latency_ms
+    else:
+        start, ms = attempt.started_at.timestamp(), attempt.duration_ms
+    begin = int(start * 1e9)
+    return begin, begin + max(0, int(ms * 1e6))
+
+
+def spans_of(call: CallLog) -> list[bytes]:
+    """The call's span and its attempts', encoded; a deployment passed by (breaker, limit,
+    drain) is an event of the call's span, not a span."""
+    trace = call.trace
+    operation = operation_of(call.endpoint)
+    spans: list[bytes] = []
+    events: list[bytes] = []
+    for attempt in call.attempts:
+        if attempt.skipped:
+            skipped = (
+                ("sluice.deployment", attempt.deployment),
+                ("sluice.skip_reason", attempt.skipped),
+            )
+            events.append(
+                otlp_wire.event(_ns(call, attempt)[0], "sluice.deployment_skipped", skipped)
+            )
+            continue
+        sent = trace.sent.get(attempt.number)
+        if sent is None:
+            continue
+        span_id, deployment = sent
+        shared, own = attempt_attributes(call, attempt, deployment)
+        begin, end = _ns(call, attempt)
+        spans.append(
+            otlp_wire.span(
+                trace_id=trace.trace_id,
+                span_id=span_id,
+                parent_id=trace.span_id,
+                remote_parent=False,
+                tracestate=trace.tracestate,
+                name=f"{operation} {deployment.model}",
+                kind=otlp_wire.CLIENT,
+                start_ns=begin,
+                end_ns=end,
+                attributes=otlp_wire.attribute_block(shared) + otlp_wire.attributes(own),
+                error=attempt.ended_by,
+            )
+        )
+    shared, own = call_attributes(call)
+    begin, end = _ns(call)
+    spans.append(
+        otlp_wire.span(
+            trace_id=trace.trace_id,
+            span_id=trace.span_id,
+            parent_id=trace.parent_id,
+            remote_parent=True,
+            tracestate=trace.tracestate,
+            name=f"{operation} {call.requested_model[:200]}".strip(),
+            kind=otlp_wire.SERVER,
+            start_ns=begin,
+            end_ns=end,
+            attributes=otlp_wire.attribute_block(shared) + otlp_wire.attributes(own),
+            events=b"".join(events),
+            error="" if call.outcome == Outcome.SUCCESS else call.outcome,
+        )
+    )
+    return spans
