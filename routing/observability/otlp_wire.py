@@ -16,8 +16,11 @@ from typing import Any
 _SMALL = [bytes((n,)) for n in range(128)]
 SERVER, CLIENT = 2, 3  # Span.SpanKind
 STATUS_ERROR = 2  # Status.StatusCode
-_REMOTE_PARENT = 0x300  # SpanFlags: HAS_IS_REMOTE | IS_REMOTE
-_LOCAL_PARENT = 0x100  # SpanFlags: HAS_IS_REMOTE
+# Span.flags (field 16, fixed32): sampled, and whether the parent is remote (SpanFlags).
+_FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x301)  # HAS_IS_REMOTE | IS_REMOTE
+_FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x101)  # HAS_IS_REMOTE
+_KINDS = {SERVER: b"\x30\x02", CLIENT: b"\x30\x03"}  # Span.kind, field 6
+_TIMES = struct.Struct("<BQBQ")
 
 
 def varint(n: int) -> bytes:
@@ -56,10 +59,33 @@ def key_value(key: str, value: Any) -> bytes:
     return _len(b"\x0a", key.encode()) + _len(b"\x12", any_value(value))
 
 
+_keys: dict[str, bytes] = {}  # a KeyValue's key field, per attribute name Sluice writes
+
+
 def attributes(items: Iterable[tuple[str, Any]], tag: bytes = b"\x4a") -> bytes:
     """Repeated KeyValue fields (a Span's attributes are field 9; an Event's, 3;
-    a Resource's, 1)."""
-    return b"".join(_len(tag, key_value(k, v)) for k, v in items)
+    a Resource's, 1). Strings and ints, most of them, are written inline."""
+    parts = []
+    for key, value in items:
+        name = _keys.get(key)
+        if name is None:
+            name = _len(b"\x0a", key.encode())
+            if len(_keys) < 256:
+                _keys[key] = name
+        kind = type(value)
+        if kind is str:
+            text = value.encode("utf-8", "replace")
+            size = len(text)
+            inner = (b"\x0a" + _SMALL[size] if size < 128 else b"\x0a" + varint(size)) + text
+        elif kind is int:
+            inner = b"\x18" + (_SMALL[value] if 0 <= value < 128 else varint(value))
+        else:
+            inner = any_value(value)
+        size = len(inner)
+        body = name + (b"\x12" + _SMALL[size] if size < 128 else b"\x12" + varint(size)) + inner
+        size = len(body)
+        parts += (tag, _SMALL[size] if size < 128 else varint(size), body)
+    return b"".join(parts)
 
 
 _blocks: dict[tuple[tuple[str, Any], ...], bytes] = {}
@@ -100,27 +126,16 @@ def span(
 ) -> bytes:
     """A Span (ScopeSpans field 2): its ids, name, kind, times, the encoded attributes and
     events, and an error status when `error` says what went wrong."""
-    parts = [
-        b"\x0a\x10",
-        trace_id.to_bytes(16, "big"),
-        b"\x12\x08",
-        span_id.to_bytes(8, "big"),
-    ]
+    parts = [b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")]
     if tracestate:
         parts.append(_len(b"\x1a", tracestate.encode("ascii", "replace")))
     if parent_id:
-        parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
-    flags = 0x01 | (_REMOTE_PARENT if parent_id and remote_parent else _LOCAL_PARENT)
+        parts.append(b"\x22\x08" + parent_id.to_bytes(8, "big"))
     parts += (
-        b"\x85\x01",  # flags: field 16, fixed32
-        struct.pack("<I", flags),
+        _FLAGS_REMOTE if parent_id and remote_parent else _FLAGS_LOCAL,
         _len(b"\x2a", name.encode("utf-8", "replace")),
-        b"\x30",
-        _SMALL[kind],
-        b"\x39",
-        struct.pack("<Q", start_ns),
-        b"\x41",
-        struct.pack("<Q", end_ns),
+        _KINDS[kind],
+        _TIMES.pack(0x39, start_ns, 0x41, end_ns),  # start 7, end 8: fixed64
         attributes,
         events,
     )

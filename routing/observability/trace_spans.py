@@ -3,6 +3,7 @@ sent, as OTLP protobuf (routing/observability/otlp_wire.py), with the ids and ti
 request path recorded. Attributes follow the OpenTelemetry GenAI semantic conventions;
 Sluice's own facts are under `sluice.`. No message content, ever."""
 
+import functools
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -107,11 +108,7 @@ def attempt_attributes(
         ("sluice.upstream", upstream.name),
         ("sluice.attempt", attempt.number),
     )
-    address = urlsplit(upstream.base_url)
-    if address.hostname:
-        shared += (("server.address", address.hostname),)
-        if address.port:
-            shared += (("server.port", address.port),)
+    shared += _server(upstream.base_url)
     if attempt.status_code is not None:
         shared += (("http.response.status_code", attempt.status_code),)
     if attempt.ended_by:
@@ -125,6 +122,16 @@ def attempt_attributes(
         shared += _answer(call)
         own += _usage(call)
     return shared, own
+
+
+@functools.lru_cache(maxsize=1024)
+def _server(base_url: str) -> tuple[tuple[str, Any], ...]:
+    """server.address and server.port of an upstream's base URL."""
+    address = urlsplit(base_url)
+    if not address.hostname:
+        return ()
+    items: tuple[tuple[str, Any], ...] = (("server.address", address.hostname),)
+    return items + ((("server.port", address.port),) if address.port else ())
 
 
 def _ns(call: CallLog, attempt: AttemptLog | None = None) -> tuple[int, int]:

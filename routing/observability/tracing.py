@@ -14,11 +14,10 @@ exporter. No message content is ever recorded.
 import atexit
 import logging
 import os
-import queue
 import random
 import re
 import threading
-import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,61 +198,51 @@ class _Tracer:
         self.delay = _env_number("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         self.batch_size = max(1, int(_env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)))
         self.max_queue = max(1, int(_env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048)))
-        self.queue: queue.SimpleQueue[CallLog] = queue.SimpleQueue()
+        self.calls: deque[CallLog] = deque()  # appended by the loop, taken by the thread
+        self.wake_at = max(1, self.batch_size // 2)  # calls: about two spans each
         self.dropped = 0
-        self._pending: list[bytes] = []
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._pid = os.getpid()
         threading.Thread(target=self._run, name="sluice-tracing", daemon=True).start()
         atexit.register(self.flush)
 
     def take(self, call: CallLog) -> None:
-        if self.queue.qsize() >= self.max_queue:
+        """Queue a finished call (nothing is woken for it: the thread comes for the queue
+        every OTEL_BSP_SCHEDULE_DELAY, or once a batch is waiting)."""
+        calls = self.calls
+        if len(calls) >= self.max_queue:
             self.dropped += 1
             if self.dropped in (1, 1000) or self.dropped % 100_000 == 0:
                 log.warning("tracing queue full: %d calls' spans dropped so far", self.dropped)
             return
-        self.queue.put(call)
+        calls.append(call)
+        if len(calls) == self.wake_at:
+            self._wake.set()
 
     def _run(self) -> None:
-        due = None  # when the oldest pending span is to be sent
         while True:
-            wait = None if due is None else max(0.0, due - time.monotonic())
-            try:
-                call = self.queue.get(timeout=wait)
-            except queue.Empty:
-                call = None
-            with self._lock:
-                if call is not None:
-                    self._encode(call)
-                    due = due or time.monotonic() + self.delay
-                full = len(self._pending) >= self.batch_size
-                if self._pending and (call is None or full or time.monotonic() >= due):
-                    self._export()
-                    due = None
-
-    def _encode(self, call: CallLog) -> None:
-        try:
-            self._pending += spans_of(call)
-        except Exception:  # a bug here must cost a trace, never the thread
-            log.exception("could not write the trace of %s", call.request_id)
-
-    def _export(self) -> None:
-        batch, self._pending = self._pending, []
-        for start in range(0, len(batch), self.batch_size):
-            spans = batch[start : start + self.batch_size]
-            try:
-                self.send(otlp_wire.export_request(self.resource, self.scope, spans))
-            except Exception:
-                log.exception("could not export %d spans", len(spans))
+            self._wake.wait(self.delay)
+            self._wake.clear()
+            self.flush()
 
     def flush(self) -> None:
-        """Write and send every call queued so far (shutdown, tests)."""
+        """Write and send every call queued so far (also at exit, and in tests)."""
         with self._lock:
-            while not self.queue.empty():
-                self._encode(self.queue.get())
-            if self._pending:
-                self._export()
+            spans: list[bytes] = []
+            calls = self.calls
+            while calls:
+                call = calls.popleft()
+                try:
+                    spans += spans_of(call)
+                except Exception:  # a bug here must cost a trace, never the thread
+                    log.exception("could not write the trace of %s", call.request_id)
+            for start in range(0, len(spans), self.batch_size):
+                batch = spans[start : start + self.batch_size]
+                try:
+                    self.send(otlp_wire.export_request(self.resource, self.scope, batch))
+                except Exception:
+                    log.exception("could not export %d spans", len(batch))
 
 
 def _otlp_http() -> Callable[[bytes], object]:
