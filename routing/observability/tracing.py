@@ -203,7 +203,6 @@ class _Tracer:
         self.dropped = 0
         self._wake = threading.Event()
         self._lock = threading.Lock()
-        self._pid = os.getpid()
         threading.Thread(target=self._run, name="sluice-tracing", daemon=True).start()
         atexit.register(self.flush)
 
@@ -288,15 +287,14 @@ def enabled() -> bool:
 
 
 _state: dict[str, _Tracer | None] = {}
+# A forked child (uvicorn's workers) makes its own tracer: the parent's thread is not in it.
+os.register_at_fork(after_in_child=_state.clear)
 
 
 def _tracer() -> _Tracer | None:
-    """The process's tracer, made on first use (after uvicorn forked its workers); None when
-    tracing is off."""
+    """The process's tracer, made on first use; None when tracing is off."""
     try:
-        found = _state["tracer"]
+        return _state["tracer"]
     except KeyError:
         found = _state["tracer"] = _Tracer() if enabled() else None
-    if found is not None and found._pid != os.getpid():  # a forked child: its own thread
-        found = _state["tracer"] = _Tracer()
-    return found
+        return found

@@ -10,6 +10,8 @@ import re
 from typing import Any
 
 _EVENT_END = b"\n\n"
+# Every chunk says `"finish_reason":null`; only the last names one.
+_FINISHED = (b'"finish_reason":"', b'"finish_reason": "')
 _FINISH_REASON = re.compile(rb'"finish_reason":\s*"([^"]{1,64})"')
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 
@@ -33,7 +35,7 @@ class StreamTap:
             self._buffer = buffer
             return b""
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
-        if self.finish_reasons is not None and b'"finish_reason":' in complete:
+        if self.finish_reasons is not None and any(r in complete for r in _FINISHED):
             self.finish_reasons += [r.decode() for r in _FINISH_REASON.findall(complete)]
         chunks = complete.count(b"data: {")
         if (
