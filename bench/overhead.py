@@ -293,7 +293,7 @@ def versus(run: Run, baseline: Run, ref: str, rounds: int = 2) -> None:
         )
 
 
-def tracing(run: Run, traced: Run, sink: str, rounds: int = 3) -> None:
+def tracing(run: Run, traced: Run, sink: str, rounds: int = 4) -> None:
     """The same calls to a gateway without traces and to one exporting them, in alternation
     (drift on a shared machine falls on both alike); the CPU per call is what tracing costs
     (its span building and export threads run in the gateway's process)."""

@@ -5,7 +5,8 @@ CPU per call (measured with bench/overhead.py --only tracing: +46 % CPU per call
 spans are few and their shape fixed, so they are written here as bytes, field by field, as
 opentelemetry/proto/trace/v1/trace.proto lays them out (the tests read them back with the
 official `opentelemetry-proto` classes). Most attributes of a span repeat from call to call
-(route, deployment, application, outcome): a block of them is encoded once and reused.
+(route, deployment, application, outcome): the caller encodes such a block once and reuses
+it (routing/observability/trace_spans.py).
 """
 
 import struct
@@ -86,21 +87,6 @@ def attributes(items: Iterable[tuple[str, Any]], tag: bytes = b"\x4a") -> bytes:
         size = len(body)
         parts += (tag, _SMALL[size] if size < 128 else varint(size), body)
     return b"".join(parts)
-
-
-_blocks: dict[tuple[tuple[str, Any], ...], bytes] = {}
-_MAX_BLOCKS = 4096
-
-
-def attribute_block(items: tuple[tuple[str, Any], ...]) -> bytes:
-    """`attributes(items)`, encoded once per distinct set (bounded: a flood of distinct
-    values empties the cache instead of growing it)."""
-    found = _blocks.get(items)
-    if found is None:
-        if len(_blocks) >= _MAX_BLOCKS:
-            _blocks.clear()
-        found = _blocks[items] = attributes(items)
-    return found
 
 
 def event(time_ns: int, name: str, items: Iterable[tuple[str, Any]]) -> bytes:

@@ -4,6 +4,7 @@ request path recorded. Attributes follow the OpenTelemetry GenAI semantic conven
 Sluice's own facts are under `sluice.`. No message content, ever."""
 
 import functools
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,9 +53,8 @@ def _usage(call: CallLog) -> list[tuple[str, Any]]:
     return items
 
 
-def call_attributes(call: CallLog) -> tuple[tuple[tuple[str, Any], ...], list[tuple[str, Any]]]:
-    """The call span's attributes: those that repeat from call to call (encoded once per
-    distinct set), and those of this call alone."""
+def call_shared(call: CallLog) -> tuple[tuple[str, Any], ...]:
+    """The call span's attributes that repeat from call to call (encoded once per set)."""
     served = call.upstream_protocol
     shared: tuple[tuple[str, Any], ...] = (
         ("gen_ai.operation.name", operation_of(call.endpoint)),
@@ -85,20 +85,54 @@ def call_attributes(call: CallLog) -> tuple[tuple[tuple[str, Any], ...], list[tu
         shared += (("sluice.cache", call.cache),)
     if call.degraded:
         shared += (("sluice.degraded", tuple(call.degraded)),)
-    shared += _answer(call)
+    return shared + _answer(call)
+
+
+def _call_key(call: CallLog) -> tuple[Any, ...]:
+    """Everything `call_shared` reads, flat (cheap to hash): the key of its encoded block."""
+    return (
+        call.endpoint,
+        call.upstream_protocol,
+        call.client_protocol,
+        call.requested_model,
+        call.status_code,
+        call.route,
+        call.outcome,
+        call.stream,
+        call.attempt_count,
+        call.retries,
+        call.fell_back,
+        call.member_id,
+        call.application_slug,
+        call.key_prefix,
+        call.priority,
+        call.served_deployment,
+        call.cache,
+        tuple(call.degraded),
+        call.upstream_model,
+        tuple(call.trace.finish_reasons),
+    )
+
+
+def call_own(call: CallLog) -> list[tuple[str, Any]]:
+    """The call span's attributes of this call alone."""
     own = [("sluice.request_id", call.request_id), *_usage(call)]
     if call.queue_ms is not None:
         own.append(("sluice.queue_ms", round(call.queue_ms, 3)))
     if call.batch_id:
         own.append(("sluice.batch_id", call.batch_id))
-    return shared, own
+    return own
 
 
-def attempt_attributes(
+def _served(call: CallLog, attempt: AttemptLog, deployment: DeploymentSpec) -> bool:
+    return not attempt.ended_by and deployment.name == call.served_deployment
+
+
+def attempt_shared(
     call: CallLog, attempt: AttemptLog, deployment: DeploymentSpec
-) -> tuple[tuple[tuple[str, Any], ...], list[tuple[str, Any]]]:
-    """An upstream attempt span's attributes, shared and its own; the attempt that served
-    carries the answer's."""
+) -> tuple[tuple[str, Any], ...]:
+    """An upstream attempt span's attributes that repeat; the attempt that served carries
+    the answer's."""
     upstream = deployment.upstream
     shared: tuple[tuple[str, Any], ...] = (
         ("gen_ai.operation.name", operation_of(call.endpoint)),
@@ -115,13 +149,57 @@ def attempt_attributes(
         shared += (("error.type", attempt.ended_by),)
     if attempt.retry_reason:
         shared += (("sluice.retry.reason", attempt.retry_reason),)
+    return shared + (_answer(call) if _served(call, attempt, deployment) else ())
+
+
+def _attempt_key(call: CallLog, attempt: AttemptLog, deployment: DeploymentSpec) -> tuple[Any, ...]:
+    """Everything `attempt_shared` reads, flat: the key of its encoded block."""
+    upstream = deployment.upstream
+    served = _served(call, attempt, deployment)
+    return (
+        call.endpoint,
+        deployment.name,
+        deployment.model,
+        upstream.name,
+        upstream.kind,
+        upstream.base_url,
+        attempt.number,
+        attempt.status_code,
+        attempt.ended_by,
+        attempt.retry_reason,
+        served,
+        call.upstream_model if served else "",
+        tuple(call.trace.finish_reasons) if served else (),
+    )
+
+
+def attempt_own(
+    call: CallLog, attempt: AttemptLog, deployment: DeploymentSpec
+) -> list[tuple[str, Any]]:
+    """An attempt span's attributes of its own: the retry's wait, the answer's usage."""
     own: list[tuple[str, Any]] = []
     if attempt.retry_delay_ms is not None:
         own.append(("sluice.retry.delay_ms", round(attempt.retry_delay_ms, 3)))
-    if not attempt.ended_by and deployment.name == call.served_deployment:
-        shared += _answer(call)
+    if _served(call, attempt, deployment):
         own += _usage(call)
-    return shared, own
+    return own
+
+
+_blocks: dict[tuple[Any, ...], bytes] = {}
+_MAX_BLOCKS = 4096
+
+
+def _block(
+    key: tuple[Any, ...], items: Callable[..., tuple[tuple[str, Any], ...]], *args: Any
+) -> bytes:
+    """The encoded attributes `items(*args)` lists, by a key of what they are made of
+    (bounded: a flood of distinct values empties the cache instead of growing it)."""
+    found = _blocks.get(key)
+    if found is None:
+        if len(_blocks) >= _MAX_BLOCKS:
+            _blocks.clear()
+        found = _blocks[key] = otlp_wire.attributes(items(*args))
+    return found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -165,7 +243,14 @@ def spans_of(call: CallLog) -> list[bytes]:
         if sent is None:
             continue
         span_id, deployment = sent
-        shared, own = attempt_attributes(call, attempt, deployment)
+        shared = _block(
+            ("attempt", *_attempt_key(call, attempt, deployment)),
+            attempt_shared,
+            call,
+            attempt,
+            deployment,
+        )
+        own = attempt_own(call, attempt, deployment)
         begin, end = _ns(call, attempt)
         spans.append(
             otlp_wire.span(
@@ -178,11 +263,12 @@ def spans_of(call: CallLog) -> list[bytes]:
                 kind=otlp_wire.CLIENT,
                 start_ns=begin,
                 end_ns=end,
-                attributes=otlp_wire.attribute_block(shared) + otlp_wire.attributes(own),
+                attributes=shared + otlp_wire.attributes(own),
                 error=attempt.ended_by,
             )
         )
-    shared, own = call_attributes(call)
+    shared = _block(("call", *_call_key(call)), call_shared, call)
+    own = call_own(call)
     begin, end = _ns(call)
     spans.append(
         otlp_wire.span(
@@ -195,7 +281,7 @@ def spans_of(call: CallLog) -> list[bytes]:
             kind=otlp_wire.SERVER,
             start_ns=begin,
             end_ns=end,
-            attributes=otlp_wire.attribute_block(shared) + otlp_wire.attributes(own),
+            attributes=shared + otlp_wire.attributes(own),
             events=b"".join(events),
             error="" if call.outcome == Outcome.SUCCESS else call.outcome,
         )
