@@ -294,3 +294,30 @@ def test_the_sampler_follows_the_sdks_rules(
     name: str, argument: str, trace_id: int, parent: bool | None, sampled: bool
 ) -> None:
     assert Sampler(name, argument).sampled(trace_id, parent) is sampled
+
+
+@pytest.mark.parametrize(
+    ("change", "attribute", "value"),
+    [
+        (lambda c: setattr(c, "outcome", Outcome.UPSTREAM_ERROR), "error.type", "upstream_error"),
+        (lambda c: setattr(c, "status_code", 502), "http.response.status_code", 502),
+        (lambda c: setattr(c, "priority", "interactive"), "sluice.priority", "interactive"),
+        (lambda c: setattr(c, "served_deployment", "a"), "sluice.served_deployment", "a"),
+        (lambda c: setattr(c, "upstream_model", "m-2"), "gen_ai.response.model", "m-2"),
+        (lambda c: setattr(c, "application_slug", "other"), "sluice.application", "other"),
+        (lambda c: setattr(c, "cache", "miss"), "sluice.cache", "miss"),
+        (lambda c: c.degraded.append("tools"), "sluice.degraded", ["tools"]),
+        (
+            lambda c: setattr(c.trace, "finish_reasons", ["length"]),
+            "gen_ai.response.finish_reasons",
+            ["length"],
+        ),
+    ],
+)
+def test_a_call_that_differs_never_gets_another_calls_encoded_attributes(
+    change: object, attribute: str, value: object
+) -> None:
+    _decoded(_fallback_call(CallTrace(1, 2)))  # its block encoded, and kept
+    other = _fallback_call(CallTrace(3, 4))
+    change(other)  # type: ignore[operator]
+    assert _attributes(_decoded(other)["chat r"])[attribute] == value
