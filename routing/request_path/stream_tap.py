@@ -11,7 +11,7 @@ from typing import Any
 
 _EVENT_END = b"\n\n"
 # Every chunk says `"finish_reason":null`; only the last names one.
-_FINISHED = (b'"finish_reason":"', b'"finish_reason": "')
+_FINISHED, _SPACED = b'"finish_reason":"', b'"finish_reason": "'
 _FINISH_REASON = re.compile(rb'"finish_reason":\s*"([^"]{1,64})"')
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 
@@ -35,8 +35,7 @@ class StreamTap:
             self._buffer = buffer
             return b""
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
-        if self.finish_reasons is not None and any(r in complete for r in _FINISHED):
-            self.finish_reasons += [r.decode() for r in _FINISH_REASON.findall(complete)]
+        self._finished(complete)
         chunks = complete.count(b"data: {")
         if (
             self.model
@@ -54,11 +53,18 @@ class StreamTap:
     def flush(self) -> bytes:
         """Whatever is left when the upstream closes (a last event without its blank line)."""
         rest, self._buffer = self._buffer, b""
+        self._finished(rest)
         if rest.strip():
             kept = self._keep(rest.rstrip(b"\n"))
             if kept is not None:
                 return kept + _EVENT_END
         return b""
+
+    def _finished(self, events: bytes) -> None:
+        """The choices' finish reasons, when the call is traced (a bytes search per chunk;
+        only the last chunk of a choice names one)."""
+        if self.finish_reasons is not None and (_FINISHED in events or _SPACED in events):
+            self.finish_reasons += [r.decode() for r in _FINISH_REASON.findall(events)]
 
     def _keep(self, event: bytes) -> bytes | None:
         """The event to pass on (itself, or an error event in place of a malformed one), or
