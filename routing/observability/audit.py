@@ -424,18 +424,20 @@ class AuditWriter:
             self._spool = Spool(spool_folder(folder, settings.DATABASES["default"]))
         return self._spool
 
-    def record(self, call: CallLog) -> None:
+    def record(self, call: CallLog) -> bool:
+        """Whether the call is recorded (a flood of unknown keys is sampled)."""
         if call.outcome == Outcome.UNAUTHORIZED and not self.unauthenticated.keep(call):
-            return
+            return False
         if len(self._pending) >= _MAX_PENDING:
             log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
-            return
+            return False
         metrics_record(call)
         self._pending.append(call)
         spool = self.spool()
         if spool is not None:
             spool.append(encode_call(call))
         self._ensure_task()
+        return True
 
     def _ensure_task(self) -> None:
         loop = asyncio.get_running_loop()

@@ -66,7 +66,7 @@ _keys: dict[str, bytes] = {}  # a KeyValue's key field, per attribute name Sluic
 def attributes(items: Iterable[tuple[str, Any]], tag: bytes = b"\x4a") -> bytes:
     """Repeated KeyValue fields (a Span's attributes are field 9; an Event's, 3;
     a Resource's, 1). Strings and ints, most of them, are written inline."""
-    parts = []
+    parts: list[bytes] = []
     for key, value in items:
         name = _keys.get(key)
         if name is None:

@@ -10,5 +10,5 @@ def complete(call: CallLog) -> None:
     and write its audit record (and its trace, when traces are exported)."""
     if call.quota is not None:
         settle_later(call.quota, tokens=call.tokens_in + call.tokens_out, cost=float(call.cost))
-    audit_writer.record(call)
-    record(call)
+    if audit_writer.record(call):  # a refusal not recorded (a flood of bad keys): no trace
+        record(call)
