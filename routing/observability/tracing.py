@@ -249,10 +249,13 @@ def _otlp_http() -> Callable[[bytes], object]:
     variables, sending bytes already encoded."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    exporter = OTLPSpanExporter()
+    # Its HTTP client, for bytes already encoded: the exporter's own export() takes SDK
+    # spans. A private name (pyproject.toml pins the range it is known in); if it moves,
+    # tracing turns itself off at start, loudly, and tests/e2e/test_tracing_e2e.py fails.
+    client = OTLPSpanExporter()._client
 
     def send(data: bytes) -> object:
-        result = exporter._client.export(data)
+        result = client.export(data)
         if not result.success:
             log.warning("trace export failed (%s): %s", result.status_code, result.error)
         return result
@@ -296,5 +299,12 @@ def _tracer() -> _Tracer | None:
     try:
         return _state["tracer"]
     except KeyError:
-        found = _state["tracer"] = _Tracer() if enabled() else None
-        return found
+        pass
+    found = None
+    if enabled():
+        try:
+            found = _Tracer()
+        except Exception:  # a broken exporter setup costs the traces, never a call
+            log.exception("OpenTelemetry tracing could not start; no traces are exported")
+    _state["tracer"] = found
+    return found

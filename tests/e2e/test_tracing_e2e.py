@@ -375,3 +375,30 @@ def test_a_responses_call_reports_its_cache_tokens(
     assert a["gen_ai.usage.input_tokens"] > 0
     assert a["gen_ai.response.finish_reasons"] == ["stop"]
     assert attempt["attributes"]["gen_ai.usage.cache_read.input_tokens"] == 0
+
+
+def test_calls_are_served_while_the_collector_is_away(
+    e2e_database: str, traced: GatewayHandle, call: Callable[..., httpx.Response]
+) -> None:
+    """An endpoint nobody listens on: the export fails (logged), the calls do not."""
+    from tests.support import free_port
+
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+    }
+    gateway = start_gateway(e2e_database, extra_env=env)
+    handle = next(gateway)
+    try:
+        key = call("tr-plain").request.headers["authorization"]  # a key the gateways know
+        for _ in range(5):
+            response = httpx.post(
+                f"{handle.url}/v1/chat/completions",
+                json={"model": "tr-plain", "messages": MESSAGES},
+                headers={"Authorization": key},
+                timeout=30,
+            )
+            assert response.status_code == 200, response.text
+    finally:
+        next(gateway, None)
