@@ -75,6 +75,18 @@ class Stack:
         wait_ready(f"{url}/stats", proc)
         return url
 
+    def otlp_sink(self) -> str:
+        """Start an OTLP/HTTP endpoint that discards what it is sent (bench/otlp_sink.py);
+        its base URL."""
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "bench/otlp_sink.py", "--port", str(port)], cwd=ROOT
+        )
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(f"{url}/stats", proc)
+        return url
+
     def manage(self, *args: str) -> str:
         """Run a management command against the stack's database; its output."""
         done = subprocess.run(

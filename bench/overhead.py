@@ -15,6 +15,9 @@ throw-away SQLite database, then prints:
   - protocols: the gateway's CPU per call for each pair of client and upstream protocol
     (chat, Messages, Responses): translated both ways when they differ, passed through when
     they are the same, side by side with OpenAI on both sides.
+  - tracing (only with `--only tracing`): the gateway's CPU per call with OpenTelemetry
+    traces off and on (a second gateway exporting OTLP/HTTP to bench/otlp_sink.py, which
+    discards them), in alternating runs, plain and streaming, and the change.
   - with `--baseline REF` (say `main`), only: a gateway of that git ref and this checkout's,
     on the same simulators and database, in alternating runs, per kind of call: req/s,
     CPU ms per call and the p99 latency of each, and the change.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import httpx
 from harness import Stack, cpu_seconds, stack
 from loadgen import LoadResult, build_request, run_load
 from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
@@ -289,6 +293,35 @@ def versus(run: Run, baseline: Run, ref: str, rounds: int = 2) -> None:
         )
 
 
+def tracing(run: Run, traced: Run, sink: str, rounds: int = 4) -> None:
+    """The same calls to a gateway without traces and to one exporting them, in alternation
+    (drift on a shared machine falls on both alike); the CPU per call is what tracing costs
+    (its span building and export threads run in the gateway's process)."""
+    print(f"\nTracing (zero-latency simulator; {rounds} alternating runs each)")
+    print(f"  {'':28}{'req/s off':>11}{'on':>8}{'CPU ms off':>12}{'on':>8}{'CPU':>8}")
+    calls = 0
+    for label, extra in (("chat", {}), ("chat, streaming", {"stream": True})):
+        results = {"off": LoadResult(), "on": LoadResult()}
+        cpu: dict[str, list[float]] = {"off": [], "on": []}
+        for _ in range(rounds):
+            for side, r in (("off", run), ("on", traced)):
+                result, ms = r.load(r.gateway, "zero", r.auth(), cpu=True, **extra)
+                results[side].merge(result)
+                cpu[side].append(ms or 0.0)
+        calls += sum(results["on"].statuses.values())
+        off, on = (sum(cpu[side]) / rounds for side in ("off", "on"))
+        print(
+            f"  {label:28}{results['off'].rps():11.0f}{results['on'].rps():8.0f}"
+            f"{off:12.3f}{on:8.3f}{(on - off) / off * 100 if off else 0:+7.1f}%"
+        )
+    time.sleep(2)  # the last batch of spans exported
+    taken = httpx.get(f"{sink}/stats").json()
+    print(
+        f"  (the sink took {taken['requests']} OTLP requests, {taken['bytes'] / 1e6:.1f} MB, "
+        f"for about {calls} traced calls measured, warm-ups not counted)"
+    )
+
+
 LIMITS = {
     "--rpm": "1000000",
     "--tpm": "1000000000",
@@ -335,7 +368,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
         "--only",
-        choices=["ceiling", "overhead", "breakdown", "limits", "protocols"],
+        choices=["ceiling", "overhead", "breakdown", "limits", "protocols", "tracing"],
         help="run one section (and its baseline)",
     )
     parser.add_argument(
@@ -375,6 +408,14 @@ def main() -> None:
         for section in (ceiling, overhead, breakdown, limits, protocols):
             if section.__name__ in wanted and not args.baseline:
                 section(run)
+        if "tracing" in wanted and not args.baseline:
+            sink = s.otlp_sink()
+            # The SDK's batch defaults, but a short delay: the sink's count is current.
+            otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_BSP_SCHEDULE_DELAY": "500"}
+            on, on_pids = s.gateway(workers=args.workers, env=otel)
+            on_port = int(on.rsplit(":", 1)[1])
+            traced = Run(s, on_port, zero_port, slow_port, key, on_pids, c, secs, args.workers)
+            tracing(run, traced, sink)
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime - client_cpu.ru_utime + used.ru_stime - client_cpu.ru_stime
         print(f"\n(load generator CPU: {spent:.1f} s)")

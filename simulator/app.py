@@ -345,6 +345,9 @@ class Simulator(FaultInjection):
 
         # Admission.
         state.requests += 1
+        for name, value in scope["headers"]:
+            if name == b"traceparent":
+                state.traceparents.append(value.decode("latin-1")[:128])
         if state.fault_plan and (fault := self._draw_fault(state.fault_plan)) is not None:
             await self._inject(fault, state, plan, model, scope, receive, send)
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ class ModelState:
     fault_plan: tuple[tuple[str, float], ...] = ()
     retry_after: float | None = None  # for the rate_limit fault; None: --retry-after, else 1
     injected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULT_KINDS, 0))
+    # The W3C `traceparent` headers of the last requests that sent one (a caller's tracing).
+    traceparents: deque[str] = field(default_factory=lambda: deque(maxlen=32))
 
     def set_faults(self, faults: dict[str, float]) -> None:
         """Replace the fault table (kinds and probabilities must already be valid)."""
@@ -57,6 +60,7 @@ class ModelState:
         self.requests = self.served = self.cancelled = 0
         self.capacity_errors = self.rate_limited = 0
         self.injected = dict.fromkeys(FAULT_KINDS, 0)
+        self.traceparents.clear()
         self.peak_in_flight = self.in_flight
         self.per_key_peak = dict(self.per_key_in_flight)
 
@@ -75,4 +79,5 @@ class ModelState:
             "faults": dict(self.faults),
             "retry_after": self.retry_after,
             "injected": dict(self.injected),
+            "traceparents": list(self.traceparents),
         }

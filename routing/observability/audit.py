@@ -108,6 +108,8 @@ class CallLog:
     upstream_protocol: str = ""  # the kind of the upstream that served it
     degraded: list[str] = field(default_factory=list)  # what crossing kinds changed
     user_agent: str = ""
+    # A CallTrace (routing/observability/tracing.py) when traces are exported; not stored.
+    trace: Any = None
 
     @property
     def attempt_count(self) -> int:
@@ -422,18 +424,20 @@ class AuditWriter:
             self._spool = Spool(spool_folder(folder, settings.DATABASES["default"]))
         return self._spool
 
-    def record(self, call: CallLog) -> None:
+    def record(self, call: CallLog) -> bool:
+        """Whether the call is recorded (a flood of unknown keys is sampled)."""
         if call.outcome == Outcome.UNAUTHORIZED and not self.unauthenticated.keep(call):
-            return
+            return False
         if len(self._pending) >= _MAX_PENDING:
             log.error("audit backlog full (%d calls); dropping %s", _MAX_PENDING, call.request_id)
-            return
+            return False
         metrics_record(call)
         self._pending.append(call)
         spool = self.spool()
         if spool is not None:
             spool.append(encode_call(call))
         self._ensure_task()
+        return True
 
     def start(self) -> None:
         """At a worker's start: take in what dead workers of this host left in their spool

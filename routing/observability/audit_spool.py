@@ -25,7 +25,7 @@ from typing import Any
 
 log = logging.getLogger("sluice.audit")
 
-NOT_SPOOLED = {"quota", "started"}  # a reservation handle and a timer: not part of the row
+NOT_SPOOLED = {"quota", "started", "trace"}  # a reservation, a timer, a trace: not in the row
 
 
 def spool_folder(base: Path, database: dict[str, Any]) -> Path:

@@ -451,6 +451,7 @@ class ChainWalk:
         """One request upstream; its answer's head is due by `due` (monotonic)."""
         started = time.perf_counter()
         body = upstream_body(self.request, deployment.model)
+        trace = self.call.trace
         loop_deadline = asyncio.get_running_loop().time() + (due - time.monotonic())
         # The attempt's deadline bounds the wait for the answer's head (and a stream's first
         # event); a stream's body is then bounded by the upstream's read timeout between
@@ -464,6 +465,7 @@ class ChainWalk:
                     self.request.endpoint.value,
                     body,
                     self.request.account_headers,
+                    None if trace is None else trace.upstream_headers(attempt, deployment),
                 )
         except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             failure = self._failed(deployment, attempt, started, transport_error_class(exc))

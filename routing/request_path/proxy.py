@@ -30,6 +30,7 @@ from routing.catalog.specs import RouteSpec, catalog
 from routing.deployment_state import listen_for_changes
 from routing.deployment_state.slot_policy import claim_for
 from routing.observability.audit import UNKNOWN_ROUTE, CallLog, new_request_id
+from routing.observability.tracing import finish_reasons, incoming
 from routing.request_path.cache_replay import replay
 from routing.request_path.call_size import enforce_ceilings, reserve_call_quota
 from routing.request_path.chain import Answer, ChainWalk
@@ -84,6 +85,7 @@ async def serve(
     listen_for_changes()
     call.client_protocol = protocol.name
     call.user_agent = inbound.headers.get("user-agent", "")
+    call.trace = incoming(inbound.headers)  # None unless traces are exported
     try:
         admitted = await _admit(call, inbound, endpoint, principal, protocol, preemptible)
         result = admitted.cache.answer or await admitted.walk.run()  # a hit: no slot, no upstream
@@ -227,6 +229,8 @@ async def _answer(
             settle_usage(call, result.deployment, result.payload.get("usage"))
         await cache_store(cache, result)
         call.upstream_model = str(result.payload.get("model") or "")
+        if call.trace is not None:
+            call.trace.finish_reasons = finish_reasons(result.payload)
         call.finish(outcome=Outcome.SUCCESS, status=200)
         if protocol.translates and not native:
             content = protocol.answer(result.payload, client_request)

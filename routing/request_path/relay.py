@@ -16,6 +16,7 @@ from routing.catalog.specs import DeploymentSpec
 from routing.deployment_state import Result
 from routing.deployment_state.slot_policy import weighted_tokens
 from routing.observability.audit import AttemptLog, CallLog
+from routing.observability.tracing import cache_tokens
 from routing.request_path.classify import mentions_capacity
 from routing.request_path.finish import complete
 from routing.request_path.payloads import ClientRequest
@@ -81,6 +82,8 @@ class StreamRelay:
             if request.passes_through(kind)
             else StreamTap(forward_usage=request.wants_usage)
         )
+        if call.trace is not None and isinstance(self.tap, StreamTap):
+            self.tap.finish_reasons = []  # looked for only when the call is traced
         self._started = False
         self._settled = False
 
@@ -155,6 +158,8 @@ class StreamRelay:
             response.close()  # cut short: drop the connection, cancelling upstream work
         self.stream.attempt.duration_ms = (time.perf_counter() - self.stream.started) * 1000
         call.upstream_model = self.tap.model
+        if call.trace is not None:
+            call.trace.finish_reasons = list(self.tap.finish_reasons or [])
         usage = self.tap.usage or estimated_usage(self.request, self.tap.chunks)
         settle_usage(call, self.stream.deployment, usage)
         if self.stream.release is not None:
@@ -196,6 +201,8 @@ def settle_usage(call: CallLog, deployment: DeploymentSpec, usage: Any) -> None:
     if tokens is None:
         return
     call.tokens_in, call.tokens_out = tokens
+    if call.trace is not None:
+        call.trace.cache_read_tokens, call.trace.cache_write_tokens = cache_tokens(usage)
     call.cost = deployment.cost(call.tokens_in, call.tokens_out)
 
 

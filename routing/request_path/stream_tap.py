@@ -6,9 +6,13 @@ still has an estimate of the tokens it produced.
 """
 
 import json
+import re
 from typing import Any
 
 _EVENT_END = b"\n\n"
+# Every chunk says `"finish_reason":null`; only the last names one.
+_FINISHED, _SPACED = b'"finish_reason":"', b'"finish_reason": "'
+_FINISH_REASON = re.compile(rb'"finish_reason":\s*"([^"]{1,64})"')
 _USAGE_OBJECT = (b'"usage":{', b'"usage": {')
 
 
@@ -19,6 +23,8 @@ class StreamTap:
         self.usage: dict[str, Any] | None = None
         self.chunks = 0
         self.error: dict[str, Any] | None = None
+        # A list to collect the choices' finish reasons in (a traced call), or None.
+        self.finish_reasons: list[str] | None = None
         self._buffer = b""
 
     def feed(self, data: bytes) -> bytes:
@@ -29,6 +35,7 @@ class StreamTap:
             self._buffer = buffer
             return b""
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
+        self._finished(complete)
         chunks = complete.count(b"data: {")
         if (
             self.model
@@ -46,11 +53,18 @@ class StreamTap:
     def flush(self) -> bytes:
         """Whatever is left when the upstream closes (a last event without its blank line)."""
         rest, self._buffer = self._buffer, b""
+        self._finished(rest)
         if rest.strip():
             kept = self._keep(rest.rstrip(b"\n"))
             if kept is not None:
                 return kept + _EVENT_END
         return b""
+
+    def _finished(self, events: bytes) -> None:
+        """The choices' finish reasons, when the call is traced (a bytes search per chunk;
+        only the last chunk of a choice names one)."""
+        if self.finish_reasons is not None and (_FINISHED in events or _SPACED in events):
+            self.finish_reasons += [r.decode() for r in _FINISH_REASON.findall(events)]
 
     def _keep(self, event: bytes) -> bytes | None:
         """The event to pass on (itself, or an error event in place of a malformed one), or

@@ -67,11 +67,13 @@ async def open_response(
     path: str,
     body: bytes,
     client_headers: Mapping[str, str] | None = None,
+    trace_headers: Mapping[str, str] | None = None,
 ) -> aiohttp.ClientResponse:
     """Send the request and return once the status and headers are in; the body is read
     (or streamed) by the caller, who must release the response. `client_headers` (the
     client's OpenAI account headers) go only to an upstream set to receive them; the
-    client's own Authorization never goes anywhere."""
+    client's own Authorization never goes anywhere. `trace_headers` (the attempt's own
+    `traceparent`, when traces are exported) go to every upstream."""
     upstream = deployment.upstream
     timeout = aiohttp.ClientTimeout(
         total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
@@ -82,7 +84,7 @@ async def open_response(
         return await _post(
             f"{upstream.base_url}/{NATIVE_PATHS[upstream.kind]}",
             native_bytes(native, deployment.model),
-            _native_headers(deployment, client_headers or {}),
+            _traced(_native_headers(deployment, client_headers or {}), trace_headers),
             timeout,
         )
     if upstream.kind == responses_upstream.KIND:
@@ -91,7 +93,7 @@ async def open_response(
         response = await _post(
             f"{upstream.base_url}/responses",
             responses_upstream.responses_body(chat),
-            _openai_headers(deployment, client_headers),
+            _traced(_openai_headers(deployment, client_headers), trace_headers),
             timeout,
         )
         return responses_upstream.ResponsesResponse(response, bool(chat.get("stream")))  # type: ignore[return-value]
@@ -101,13 +103,19 @@ async def open_response(
         response = await _post(
             f"{upstream.base_url}/messages",
             anthropic_upstream.messages_body(deployment, chat),
-            anthropic_upstream.messages_headers(deployment),
+            _traced(anthropic_upstream.messages_headers(deployment), trace_headers),
             timeout,
         )
         stream = bool(chat.get("stream"))
         return anthropic_upstream.MessagesResponse(response, stream)  # type: ignore[return-value]
-    headers = _openai_headers(deployment, client_headers)
+    headers = _traced(_openai_headers(deployment, client_headers), trace_headers)
     return await _post(f"{upstream.base_url}/{path}", body, headers, timeout)
+
+
+def _traced(headers: dict[str, str], trace_headers: Mapping[str, str] | None) -> dict[str, str]:
+    if trace_headers:
+        headers.update(trace_headers)
+    return headers
 
 
 def _openai_headers(

@@ -301,3 +301,25 @@ def test_a_malformed_event_mid_stream_becomes_an_openai_error_event(
     error = json.loads(events[2].removeprefix(b"data: "))["error"]
     assert (error["type"], error["code"]) == ("server_error", "malformed_stream")
     assert tap.error is not None and garbage not in out
+
+
+def test_a_traced_call_learns_the_finish_reason_however_the_stream_is_cut(
+    stream: tuple[bytes, bytes, int],
+) -> None:
+    data, _, _ = stream
+    for pieces in random_chunkings(data, 20, seed=7):
+        tap = StreamTap(forward_usage=True)
+        tap.finish_reasons = []  # a traced call's
+        assert relay(tap, pieces) == data
+        assert tap.finish_reasons == ["stop"]
+    untraced = StreamTap(forward_usage=True)
+    relay(untraced, [data])
+    assert untraced.finish_reasons is None
+
+
+def test_a_finish_reason_in_a_last_event_without_its_blank_line_is_learned() -> None:
+    tap = StreamTap(forward_usage=True)
+    tap.finish_reasons = []
+    last = _event(_chunk([{"index": 0, "delta": {}, "finish_reason": "length"}]), compact=True)
+    relay(tap, [last.rstrip(b"\n")])
+    assert tap.finish_reasons == ["length"]

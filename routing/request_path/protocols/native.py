@@ -118,6 +118,7 @@ class NativeTap:
         self.usage: dict[str, Any] | None = None
         self.chunks = 0
         self.error: dict[str, Any] | None = None
+        self.finish_reasons: list[str] = []  # why the answer ended (stop_reason, status)
         self._failing: dict[str, Any] | None = None  # a Responses `error` event, not yet final
         self._buffer = b""
 
@@ -156,6 +157,9 @@ class NativeTap:
             self._merge(message.get("usage"))
         elif kind == "message_delta":
             self._merge(payload.get("usage"))
+            delta = payload.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                self.finish_reasons.append(str(delta["stop_reason"])[:64])
         elif kind == "error" and self.kind == ANTHROPIC_KIND:
             error = payload.get("error")
             self.error = error if isinstance(error, dict) else {"message": str(error)}
@@ -171,6 +175,12 @@ class NativeTap:
             self.model = str(response.get("model") or self.model)
             if isinstance(response.get("usage"), dict):
                 self.usage = response["usage"]
+            if kind == "response.completed":
+                self.finish_reasons = ["stop"]
+            elif kind == "response.incomplete":
+                details = response.get("incomplete_details")
+                reason = details.get("reason") if isinstance(details, dict) else None
+                self.finish_reasons = [str(reason or "incomplete")[:64]]
         else:
             self.chunks += 1
 
