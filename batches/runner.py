@@ -1,6 +1,6 @@
 """The batch runner (`manage.py run_batches`): runs batch lines through the live request path.
 
-Each tick (a fifth of a second, sooner when a line ends) it looks at every active batch:
+Every tick (a fifth of a second) it reads the active batches and handles each:
 
     validating         check the file (batches/validation.py): in_progress, or failed
     cancelling, past   abandon the lines it runs (their upstream calls are cancelled), then,
@@ -11,6 +11,14 @@ Each tick (a fifth of a second, sooner when a line ends) it looks at every activ
                        routing.request_path.proxy.serve (quotas, fallback policy, slot queues,
                        audit); every line done: write the files, completed
 
+Between ticks, a line that ends (answered or preempted) wakes the runner to fill the room it
+freed, from the batches of the last tick (at most every 20 ms, and without reading the
+batches again): a deployment kept full costs one spare-slot look per wake and a claim only
+when there is room. A batch with nothing left to claim is not asked again until the next
+tick. Claims take many lines in one transaction (services.lines_claim, with their bodies
+in the same trip to a worker thread), and answers are written many at a time
+(services.lines_finish, every 50 ms at most): a line costs no database trip of its own.
+
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
 Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
 call is preemptible: when an interactive call waits for a deployment the line's call holds
@@ -19,9 +27,9 @@ a slot at, the deployment state asks the youngest such slots back
 slot at once and ends as `preempted`, and the line goes back to pending, to be claimed again like
 any other (first, as the lowest number). Its answer was never written, so it is in the output once.
 Claimed lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
-taken again once its leases run out. Such a line may have reached an upstream already, so
-it can reach one twice; its answer is written once (services.line_finish is fenced by the
-claim), and a line is never lost.
+taken again once its leases run out (as are answers it had not written yet). Such a line may have
+reached an upstream already, so it can reach one twice; its answer is written once
+(services.lines_finish is fenced by the claim), and a line is never lost.
 """
 
 import asyncio
@@ -43,6 +51,7 @@ from batches import selectors, services
 from batches.models import Batch
 from batches.pacing import route_spare
 from batches.selectors import ActiveBatch
+from batches.services import LineAnswer
 from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
@@ -54,10 +63,11 @@ from routing.request_path.proxy import Inbound, serve
 
 log = logging.getLogger("sluice.batches")
 Status = Batch.Status
-TICK = 0.2  # seconds between looks at the batches: how fast a cancel or a window bites
-# A line that ends (answered or preempted) frees room: look again at once, but not more
-# often than this (each look reads the database).
+TICK = 0.2  # seconds between reads of the batches: how fast a cancel or a window bites
+# A line that ends (answered or preempted) frees room: fill it at once, but not more
+# often than this.
 REFILL = 0.02
+WRITE_EVERY = 0.05  # answers and released lines wait at most this long for their write
 _WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
 _MAX_WAIT = 30.0  # a Retry-After longer than this is waited in steps (cancel stays quick)
 
@@ -79,32 +89,56 @@ class Runner:
     _ended: asyncio.Event = field(default_factory=asyncio.Event)  # a line ended since the look
     failing: dict[str, int] = field(default_factory=dict)  # batch id: ticks it failed in a row
     tick_failures: int = 0  # ticks in a row that could not read the batches
+    # What the last tick found: the batches lines may start for (in progress, window open),
+    # and the models of each (fixed once validated; read once per batch).
+    _open: list[ActiveBatch] = field(default_factory=list)
+    _models: dict[str, list[str]] = field(default_factory=dict)
+    _drained: set[tuple[str, str]] = field(default_factory=set)  # (batch, model): none to claim
+    # Lines ended but not written yet: answers, and lines given back unrun.
+    _answers: list[tuple[str, LineAnswer]] = field(default_factory=list)
+    _released: list[tuple[str, int]] = field(default_factory=list)
+    _unwritten: asyncio.Event = field(default_factory=asyncio.Event)
+    _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def run(self, stop: asyncio.Event) -> None:
         renewer = asyncio.create_task(self._renew_leases(stop))
+        writer = asyncio.create_task(self._write_ended(stop))
+        next_tick = 0.0
         try:
             while not stop.is_set():
                 looked = time.monotonic()
                 self._ended.clear()
-                try:
-                    await self.tick()
-                except Exception:  # the batches could not be read: the database, say
-                    self.tick_failures += 1
-                    if self.tick_failures == 1:
-                        log.exception("batch runner tick failed; trying again every tick")
+                if looked >= next_tick:
+                    next_tick = looked + TICK
+                    await self._tick_guarded()
                 else:
-                    if self.tick_failures:
-                        log.info("batch runner ticks again after %d failed", self.tick_failures)
-                    self.tick_failures = 0
-                await self._pause(stop, looked)
+                    await self._fill()
+                await self._pause(stop, looked, next_tick)
         finally:
             renewer.cancel()
+            writer.cancel()
             await self._abandon(lambda r: True)
+            with contextlib.suppress(Exception):
+                await self.write_ended()
+
+    async def _tick_guarded(self) -> None:
+        try:
+            await self.tick()
+        except Exception:  # the batches could not be read: the database, say
+            self.tick_failures += 1
+            if self.tick_failures == 1:
+                log.exception("batch runner tick failed; trying again every tick")
+        else:
+            if self.tick_failures:
+                log.info("batch runner ticks again after %d failed", self.tick_failures)
+            self.tick_failures = 0
 
     async def tick(self) -> None:
         batches = await db_read(selectors.active_batches)
         known = {b.id for b in batches}
         await self._abandon(lambda r: r.batch_id not in known)  # finished or deleted
+        self._open = []
+        self._drained.clear()  # lapsed leases and released lines: claimable again
         now = timezone.now()
         for batch in batches:
             # Each batch alone: one that trips the runner waits for the next tick and is
@@ -117,6 +151,8 @@ class Runner:
                 self._recovered(batch.id)
         for gone in set(self.failing) - known:
             del self.failing[gone]
+        for gone in set(self._models) - known:
+            del self._models[gone]
 
     async def _step(self, batch: ActiveBatch, now: datetime) -> None:
         if batch.status == Status.VALIDATING:
@@ -126,6 +162,7 @@ class Runner:
             await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
         else:
             if window_open(parse_windows(batch.windows), batch.time_zone, now):
+                self._open.append(batch)
                 started = await self._start_lines(batch)
             else:
                 # Closed: start nothing; lines in flight finish, lines waiting go back.
@@ -137,6 +174,16 @@ class Runner:
                 and not await db_read(selectors.batch_unfinished, batch.id)
             ):
                 await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+
+    async def _fill(self) -> None:
+        """Between ticks: start lines in the room freed, for the batches of the last tick."""
+        for batch in self._open:
+            if len(self.lines) >= self.max_in_flight:
+                return
+            try:
+                await self._start_lines(batch)
+            except Exception:
+                self._failed(batch.id)
 
     def _failed(self, batch_id: str) -> None:
         """Log a batch's failure once (with its traceback), not on every tick it repeats."""
@@ -150,12 +197,14 @@ class Runner:
         if times:
             log.info("batch %s: handled again after %d failed ticks", batch_id, times)
 
-    async def _pause(self, stop: asyncio.Event, looked: float) -> None:
-        """Until the next look: a tick, or a line ending (its slot may be spare now; a
+    async def _pause(self, stop: asyncio.Event, looked: float, next_tick: float) -> None:
+        """Until the next look: the tick, or a line ending (its slot may be spare now; a
         whole tick of it left idle costs the batch throughput), whichever comes first."""
-        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self._ended)]
+        timeout = max(0.0, next_tick - time.monotonic())
+        wakes = (stop, self._ended) if self._open else (stop,)  # nothing to fill: the tick
+        waits = [asyncio.ensure_future(e.wait()) for e in wakes]
         try:
-            await asyncio.wait(waits, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for wait in waits:
                 wait.cancel()
@@ -167,26 +216,33 @@ class Runner:
 
     async def _start_lines(self, batch: ActiveBatch) -> int:
         """Claim and start lines while the batch's routes have spare slots; how many."""
+        if batch.id not in self._models:
+            self._models[batch.id] = await db_read(selectors.batch_models, batch.id)
         routes = await catalog.routes()
         started = 0
-        for model in await db_read(selectors.unfinished_models, batch.id):
+        for model in self._models[batch.id]:
             room = self.max_in_flight - len(self.lines)
             if room <= 0:
                 break
+            if (batch.id, model) in self._drained:
+                continue
             route = routes.get(model)
-            spare = await route_spare(route) if route is not None else 1
+            limit = min(room, await route_spare(route) if route is not None else 1)
+            if limit <= 0:
+                continue
             claimed = await db_write(
-                services.lines_claim,
+                services.lines_claim_read,
                 batch_id=batch.id,
+                storage_name=batch.storage_name,
                 model=model,
                 runner=self.name,
-                limit=min(room, spare),
+                limit=limit,
             )
             if not claimed:
+                self._drained.add((batch.id, model))
                 continue
-            bodies = await db_read(services.line_bodies, batch.id, claimed)
-            for line in claimed:
-                task = asyncio.create_task(self._run_line(batch, line, bodies[line.id]))
+            for line, raw in claimed:
+                task = asyncio.create_task(self._run_line(batch, line, raw))
                 self.lines[line.id] = _Running(task, batch.id, model)
             started += len(claimed)
         return started
@@ -206,28 +262,70 @@ class Runner:
                 answer = await self._call(batch, line, body)
             if answer is None:  # preempted: the line goes back to pending
                 self.preempted += 1
-                await db_write(services.line_release, line_id=line.id, runner=self.name)
+                self._release(line)
                 return
             request_id, status, content = answer
             result = _output_line(batch.id, line, request_id, status, content)
-            done = await db_write(
-                services.line_finish,
-                line_id=line.id,
-                runner=self.name,
-                result=result,
-                failed=status != 200,
-            )
-            if not done:
-                log.warning("%s line %s: taken by another runner", batch.id, line.number)
+            text = json.dumps(result, separators=(",", ":"))
+            self._answers.append((batch.id, LineAnswer(line.id, text, status != 200)))
+            self._unwritten.set()
         except asyncio.CancelledError:
-            await db_write(services.line_release, line_id=line.id, runner=self.name)
+            self._release(line)
             raise
         except Exception:
             log.exception("%s line %s failed in the runner", batch.id, line.number)
-            await db_write(services.line_release, line_id=line.id, runner=self.name)
+            self._release(line)
         finally:
             self.lines.pop(line.id, None)
             self._ended.set()
+
+    def _release(self, line: services.ClaimedLine) -> None:
+        self._released.append((line.batch_id, line.id))
+        self._drained.discard((line.batch_id, line.model))  # claimable again, first
+        self._unwritten.set()
+
+    async def _write_ended(self, stop: asyncio.Event) -> None:
+        """Write the lines that ended, many at a time."""
+        failures = 0
+        while not stop.is_set():
+            await self._unwritten.wait()
+            await asyncio.sleep(WRITE_EVERY)  # let more lines end into the same write
+            try:
+                await self.write_ended()
+            except Exception:
+                failures += 1
+                if failures == 1:
+                    log.exception("writing batch lines failed; retrying")
+                await asyncio.sleep(min(1.0, WRITE_EVERY * failures))
+            else:
+                if failures:
+                    log.info("batch lines written again after %d failed writes", failures)
+                failures = 0
+
+    async def write_ended(self) -> None:
+        """Write the answers and releases waiting; a failed write keeps them for the next."""
+        async with self._writing:
+            answers, released = self._answers, self._released
+            self._answers, self._released = [], []
+            self._unwritten.clear()
+            if not answers and not released:
+                return
+            try:
+                lost = await db_write(
+                    services.lines_finish,
+                    runner=self.name,
+                    answers=[a for _, a in answers],
+                    released=[i for _, i in released],
+                )
+            except BaseException:
+                self._answers[:0] = answers
+                self._released[:0] = released
+                self._unwritten.set()
+                raise
+        answered = {a.line_id: b for b, a in answers}
+        for line_id in lost:
+            if line_id in answered:
+                log.warning("%s line id %s: taken by another runner", answered[line_id], line_id)
 
     async def _call(
         self,
@@ -263,13 +361,16 @@ class Runner:
             self.lines[line.id].waiting = False
 
     async def _abandon(self, which: Any) -> None:
-        """Cancel the matching lines (each gives its line back) and wait for them."""
+        """Cancel the matching lines (each gives its line back) and wait for them; their
+        releases and the answers of their batches are written before this returns (a
+        finalization next must see them)."""
         tasks = [r.task for r in self.lines.values() if which(r)]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.write_ended()
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
         every = settings.SLUICE_BATCH_LEASE_SECONDS / 3

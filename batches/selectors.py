@@ -90,12 +90,13 @@ class ActiveBatch:
     expires_at: datetime
     windows: str  # the application's, else its team's
     time_zone: str
+    storage_name: str  # of its input file ("" when the file is gone)
 
 
 def active_batches() -> list[ActiveBatch]:
     batches = list(
         Batch.objects.filter(status__in=ACTIVE)
-        .select_related("application__team")
+        .select_related("application__team", "input_file")
         .order_by("created_at", "id")
     )
     result = []
@@ -111,6 +112,7 @@ def active_batches() -> list[ActiveBatch]:
                 expires_at=b.expires_at,
                 windows=effective_windows(app.batch_windows, app.team.batch_windows),
                 time_zone=app.team.time_zone,
+                storage_name=b.input_file.storage_name if b.input_file else "",
             )
         )
     return result
@@ -154,13 +156,10 @@ def batch_unfinished(batch_id: str) -> bool:
     return BatchLine.objects.filter(batch_id=batch_id).exclude(state=BatchLine.State.DONE).exists()
 
 
-def unfinished_models(batch_id: str) -> list[str]:
-    """The models of the batch's pending lines (and lines whose runner's lease ran out)."""
-    return list(
-        BatchLine.objects.filter(batch_id=batch_id)
-        .exclude(state=BatchLine.State.DONE)
-        .values_list("model", flat=True)
-        .distinct()
+def batch_models(batch_id: str) -> list[str]:
+    """The models the batch's lines call (fixed once the batch is validated)."""
+    return sorted(
+        set(BatchLine.objects.filter(batch_id=batch_id).values_list("model", flat=True).distinct())
     )
 
 

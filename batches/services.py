@@ -346,40 +346,42 @@ class ClaimedLine:
     length: int
 
 
+_CLAIM_FIELDS = ("id", "number", "custom_id", "offset", "length")
+
+
 def lines_claim(
     *, batch_id: str, model: str, runner: str, limit: int, now: datetime | None = None
 ) -> list[ClaimedLine]:
-    """Up to `limit` lines of the batch for `model` that nobody runs: pending ones, and
-    those whose runner's lease ran out (it died); held by `runner` for a lease."""
+    """Up to `limit` lines of the batch for `model` that nobody runs, lowest numbers first:
+    those whose runner's lease ran out (it died) and pending ones; held by `runner` for a
+    lease. Three statements whatever `limit` is: two reads (each a range of the
+    batch_line_claim index, so a batch's finished lines cost nothing) and one update."""
     if limit <= 0:
         return []
     now = now or timezone.now()
-    claimable = Q(state=BatchLine.State.PENDING) | Q(
-        state=BatchLine.State.RUNNING, lease_until__lt=now
-    )
     until = now + timedelta(seconds=settings.SLUICE_BATCH_LEASE_SECONDS)
+    lines = BatchLine.objects.select_for_update(skip_locked=True).filter(
+        batch_id=batch_id, model=model
+    )
     with transaction.atomic():
-        ids = list(
-            BatchLine.objects.select_for_update(skip_locked=True)
-            .filter(claimable, batch_id=batch_id, model=model)
-            .order_by("number")
-            .values_list("id", flat=True)[:limit]
-        )
-        if not ids:
+        # Rows read here stay locked (PostgreSQL) or the database's write lock is held
+        # (SQLite) until the update below: nobody else can claim them in between.
+        lapsed = lines.filter(state=BatchLine.State.RUNNING, lease_until__lt=now)
+        pending = lines.filter(state=BatchLine.State.PENDING)
+        rows = [
+            *lapsed.order_by("number").values_list(*_CLAIM_FIELDS)[:limit],
+            *pending.order_by("number").values_list(*_CLAIM_FIELDS)[:limit],
+        ]
+        rows = sorted(rows, key=lambda r: r[1])[:limit]
+        if not rows:
             return []
-        BatchLine.objects.filter(claimable, id__in=ids).update(
+        BatchLine.objects.filter(id__in=[r[0] for r in rows]).update(
             state=BatchLine.State.RUNNING,
             claimed_by=runner,
             lease_until=until,
             claims=F("claims") + 1,
         )
-        rows = BatchLine.objects.filter(
-            id__in=ids, state=BatchLine.State.RUNNING, claimed_by=runner, lease_until=until
-        ).order_by("number")
-        return [
-            ClaimedLine(r.id, r.batch_id, r.number, r.custom_id, r.model, r.offset, r.length)
-            for r in rows
-        ]
+    return [ClaimedLine(i, batch_id, n, c, model, o, length) for i, n, c, o, length in rows]
 
 
 def lines_renew(*, ids: list[int], runner: str) -> int:
@@ -389,37 +391,88 @@ def lines_renew(*, ids: list[int], runner: str) -> int:
     ).update(lease_until=until)
 
 
+@dataclass(frozen=True)
+class LineAnswer:
+    line_id: int
+    result: str  # the output line, JSON
+    failed: bool
+
+
+_WRITE_CHUNK = 500  # lines per UPDATE: well inside every database's limit of parameters
+
+
+def lines_finish(*, runner: str, answers: list[LineAnswer], released: list[int]) -> list[int]:
+    """Record answers and give lines back unrun, in one transaction; the ids of the lines
+    that were no longer this runner's (its lease ran out and another runner took them:
+    that one's answer counts)."""
+    ids = [a.line_id for a in answers] + released
+    if not ids:
+        return []
+    with transaction.atomic():
+        mine: set[int] = set()
+        for start in range(0, len(ids), _WRITE_CHUNK):
+            chunk = ids[start : start + _WRITE_CHUNK]
+            mine.update(
+                BatchLine.objects.select_for_update()
+                .filter(id__in=chunk, state=BatchLine.State.RUNNING, claimed_by=runner)
+                .values_list("id", flat=True)
+            )
+        done = [
+            BatchLine(
+                id=a.line_id,
+                state=BatchLine.State.DONE,
+                result=a.result,
+                failed=a.failed,
+                lease_until=None,
+            )
+            for a in answers
+            if a.line_id in mine
+        ]
+        fields = ["state", "result", "failed", "lease_until"]
+        BatchLine.objects.bulk_update(done, fields, batch_size=_WRITE_CHUNK)
+        back = [i for i in released if i in mine]
+        for start in range(0, len(back), _WRITE_CHUNK):
+            BatchLine.objects.filter(id__in=back[start : start + _WRITE_CHUNK]).update(
+                state=BatchLine.State.PENDING, claimed_by="", lease_until=None
+            )
+    return [i for i in ids if i not in mine]
+
+
 def line_finish(*, line_id: int, runner: str, result: dict[str, Any], failed: bool) -> bool:
-    """Record a line's answer; False when the line is no longer this runner's (its lease
-    ran out and another runner took it: that one's answer counts)."""
-    return bool(
-        BatchLine.objects.filter(
-            id=line_id, state=BatchLine.State.RUNNING, claimed_by=runner
-        ).update(
-            state=BatchLine.State.DONE,
-            result=json.dumps(result, separators=(",", ":")),
-            failed=failed,
-            lease_until=None,
-        )
-    )
+    """Record one line's answer; False when the line is no longer this runner's."""
+    answer = LineAnswer(line_id, json.dumps(result, separators=(",", ":")), failed)
+    return not lines_finish(runner=runner, answers=[answer], released=[])
 
 
 def line_release(*, line_id: int, runner: str) -> None:
     """Give a line back unrun (window closed, batch cancelled or expired, runner stopping)."""
-    BatchLine.objects.filter(id=line_id, state=BatchLine.State.RUNNING, claimed_by=runner).update(
-        state=BatchLine.State.PENDING, claimed_by="", lease_until=None
-    )
+    lines_finish(runner=runner, answers=[], released=[line_id])
 
 
-def line_bodies(batch_id: str, lines: list[ClaimedLine]) -> dict[int, bytes]:
+def line_bodies(storage_name: str, lines: list[ClaimedLine]) -> dict[int, bytes]:
     """The claimed lines' raw JSON, read from the input file in storage."""
-    batch = Batch.objects.select_related("input_file").get(pk=batch_id)
     bodies = {}
-    with file_open(batch.input_file) as handle:
+    with batch_storage().open(storage_name, "rb") as handle:
         for line in sorted(lines, key=lambda x: x.offset):
             handle.seek(line.offset)
             bodies[line.id] = handle.read(line.length)
     return bodies
+
+
+def lines_claim_read(
+    *, batch_id: str, storage_name: str, model: str, runner: str, limit: int
+) -> list[tuple[ClaimedLine, bytes]]:
+    """`lines_claim`, and each claimed line's raw JSON: one trip to a worker thread. A line
+    whose file cannot be read is given back."""
+    claimed = lines_claim(batch_id=batch_id, model=model, runner=runner, limit=limit)
+    if not claimed:
+        return []
+    try:
+        bodies = line_bodies(storage_name, claimed)
+    except OSError:
+        lines_finish(runner=runner, answers=[], released=[line.id for line in claimed])
+        raise
+    return [(line, bodies[line.id]) for line in claimed]
 
 
 _UNFINISHED = {
