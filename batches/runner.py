@@ -38,6 +38,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,7 @@ from accounts.windows import parse_windows, window_open
 from batches import selectors, services
 from batches.models import Batch
 from batches.pacing import route_spare
+from batches.runner_db import RunnerDb
 from batches.selectors import ActiveBatch
 from batches.services import LineAnswer
 from batches.validation import ENDPOINTS
@@ -99,8 +101,13 @@ class Runner:
     _released: list[tuple[str, int]] = field(default_factory=list)
     _unwritten: asyncio.Event = field(default_factory=asyncio.Event)
     _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Frequent database work: on the runner's own connection while it runs (run()); a tick
+    # called alone (tests) gives its connections back after each call.
+    _db: Callable[..., Awaitable[Any]] = db_read
 
     async def run(self, stop: asyncio.Event) -> None:
+        own = RunnerDb()
+        self._db = own
         renewer = asyncio.create_task(self._renew_leases(stop))
         writer = asyncio.create_task(self._write_ended(stop))
         next_tick = 0.0
@@ -120,6 +127,8 @@ class Runner:
             await self._abandon(lambda r: True)
             with contextlib.suppress(Exception):
                 await self.write_ended()
+            self._db = db_read
+            await own.close()
 
     async def _tick_guarded(self) -> None:
         try:
@@ -134,7 +143,7 @@ class Runner:
             self.tick_failures = 0
 
     async def tick(self) -> None:
-        batches = await db_read(selectors.active_batches)
+        batches = await self._db(selectors.active_batches)
         known = {b.id for b in batches}
         await self._abandon(lambda r: r.batch_id not in known)  # finished or deleted
         self._open = []
@@ -163,7 +172,7 @@ class Runner:
         else:
             if window_open(parse_windows(batch.windows), batch.time_zone, now):
                 self._open.append(batch)
-                started = await self._start_lines(batch)
+                started = await self._start_lines(batch, lapsed=True)
             else:
                 # Closed: start nothing; lines in flight finish, lines waiting go back.
                 await self._abandon(lambda r, b=batch.id: r.batch_id == b and r.waiting)
@@ -171,7 +180,7 @@ class Runner:
             if (
                 not started
                 and not self._mine(batch.id)
-                and not await db_read(selectors.batch_unfinished, batch.id)
+                and not await self._db(selectors.batch_unfinished, batch.id)
             ):
                 await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
 
@@ -181,7 +190,7 @@ class Runner:
             if len(self.lines) >= self.max_in_flight:
                 return
             try:
-                await self._start_lines(batch)
+                await self._start_lines(batch, lapsed=False)
             except Exception:
                 self._failed(batch.id)
 
@@ -214,10 +223,11 @@ class Runner:
     def _mine(self, batch_id: str) -> int:
         return sum(1 for r in self.lines.values() if r.batch_id == batch_id)
 
-    async def _start_lines(self, batch: ActiveBatch) -> int:
-        """Claim and start lines while the batch's routes have spare slots; how many."""
+    async def _start_lines(self, batch: ActiveBatch, *, lapsed: bool) -> int:
+        """Claim and start lines while the batch's routes have spare slots; how many.
+        `lapsed`: also lines whose runner's lease ran out (at a tick, not at every fill)."""
         if batch.id not in self._models:
-            self._models[batch.id] = await db_read(selectors.batch_models, batch.id)
+            self._models[batch.id] = await self._db(selectors.batch_models, batch.id)
         routes = await catalog.routes()
         started = 0
         for model in self._models[batch.id]:
@@ -230,14 +240,24 @@ class Runner:
             limit = min(room, await route_spare(route) if route is not None else 1)
             if limit <= 0:
                 continue
-            claimed = await db_write(
-                services.lines_claim_read,
-                batch_id=batch.id,
-                storage_name=batch.storage_name,
-                model=model,
-                runner=self.name,
-                limit=limit,
-            )
+            # The lines that ended since the last write are written in the same transaction.
+            answers, released = self._take_ended()
+            try:
+                claimed, lost = await self._db(
+                    services.lines_claim_read,
+                    batch_id=batch.id,
+                    storage_name=batch.storage_name,
+                    model=model,
+                    runner=self.name,
+                    limit=limit,
+                    lapsed=lapsed,
+                    answers=[a for _, a in answers],
+                    released=[i for _, i in released],
+                )
+            except BaseException:
+                self._put_back(answers, released)
+                raise
+            _warn_lost(answers, lost)
             if not claimed:
                 self._drained.add((batch.id, model))
                 continue
@@ -305,27 +325,34 @@ class Runner:
     async def write_ended(self) -> None:
         """Write the answers and releases waiting; a failed write keeps them for the next."""
         async with self._writing:
-            answers, released = self._answers, self._released
-            self._answers, self._released = [], []
-            self._unwritten.clear()
+            answers, released = self._take_ended()
             if not answers and not released:
                 return
             try:
-                lost = await db_write(
+                lost = await self._db(
                     services.lines_finish,
                     runner=self.name,
                     answers=[a for _, a in answers],
                     released=[i for _, i in released],
                 )
             except BaseException:
-                self._answers[:0] = answers
-                self._released[:0] = released
-                self._unwritten.set()
+                self._put_back(answers, released)
                 raise
-        answered = {a.line_id: b for b, a in answers}
-        for line_id in lost:
-            if line_id in answered:
-                log.warning("%s line id %s: taken by another runner", answered[line_id], line_id)
+        _warn_lost(answers, lost)
+
+    def _take_ended(self) -> tuple[list[tuple[str, LineAnswer]], list[tuple[str, int]]]:
+        answers, released = self._answers, self._released
+        self._answers, self._released = [], []
+        self._unwritten.clear()
+        return answers, released
+
+    def _put_back(
+        self, answers: list[tuple[str, LineAnswer]], released: list[tuple[str, int]]
+    ) -> None:
+        self._answers[:0] = answers
+        self._released[:0] = released
+        if answers or released:
+            self._unwritten.set()
 
     async def _call(
         self,
@@ -378,9 +405,15 @@ class Runner:
             await asyncio.sleep(every)
             if self.lines:
                 try:
-                    await db_write(services.lines_renew, ids=list(self.lines), runner=self.name)
+                    await self._db(services.lines_renew, ids=list(self.lines), runner=self.name)
                 except Exception:
                     log.exception("renewing line leases failed; retrying")
+
+
+def _warn_lost(answers: list[tuple[str, LineAnswer]], lost: list[int]) -> None:
+    batch_of = {a.line_id: b for b, a in answers}
+    for line_id in lost:
+        log.warning("%s line id %s: taken by another runner", batch_of.get(line_id), line_id)
 
 
 def _inbound(body: bytes) -> Inbound:

@@ -18,7 +18,7 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.db import transaction
-from django.db.models import F, Q, Sum
+from django.db.models import Case, F, Q, Sum, Value, When
 from django.utils import timezone
 
 from accounts.authentication import Principal
@@ -350,12 +350,18 @@ _CLAIM_FIELDS = ("id", "number", "custom_id", "offset", "length")
 
 
 def lines_claim(
-    *, batch_id: str, model: str, runner: str, limit: int, now: datetime | None = None
+    *,
+    batch_id: str,
+    model: str,
+    runner: str,
+    limit: int,
+    now: datetime | None = None,
+    lapsed: bool = True,
 ) -> list[ClaimedLine]:
     """Up to `limit` lines of the batch for `model` that nobody runs, lowest numbers first:
-    those whose runner's lease ran out (it died) and pending ones; held by `runner` for a
-    lease. Three statements whatever `limit` is: two reads (each a range of the
-    batch_line_claim index, so a batch's finished lines cost nothing) and one update."""
+    pending ones and (`lapsed`) those whose runner's lease ran out (it died); held by
+    `runner` for a lease. A read or two (each a range of the batch_line_claim index, so a
+    batch's finished lines cost nothing) and one update, whatever `limit` is."""
     if limit <= 0:
         return []
     now = now or timezone.now()
@@ -366,13 +372,12 @@ def lines_claim(
     with transaction.atomic():
         # Rows read here stay locked (PostgreSQL) or the database's write lock is held
         # (SQLite) until the update below: nobody else can claim them in between.
-        lapsed = lines.filter(state=BatchLine.State.RUNNING, lease_until__lt=now)
         pending = lines.filter(state=BatchLine.State.PENDING)
-        rows = [
-            *lapsed.order_by("number").values_list(*_CLAIM_FIELDS)[:limit],
-            *pending.order_by("number").values_list(*_CLAIM_FIELDS)[:limit],
-        ]
-        rows = sorted(rows, key=lambda r: r[1])[:limit]
+        rows = list(pending.order_by("number").values_list(*_CLAIM_FIELDS)[:limit])
+        if lapsed:
+            gone = lines.filter(state=BatchLine.State.RUNNING, lease_until__lt=now)
+            rows += gone.order_by("number").values_list(*_CLAIM_FIELDS)[:limit]
+            rows = sorted(rows, key=lambda r: r[1])[:limit]
         if not rows:
             return []
         BatchLine.objects.filter(id__in=[r[0] for r in rows]).update(
@@ -402,40 +407,39 @@ _WRITE_CHUNK = 500  # lines per UPDATE: well inside every database's limit of pa
 
 
 def lines_finish(*, runner: str, answers: list[LineAnswer], released: list[int]) -> list[int]:
-    """Record answers and give lines back unrun, in one transaction; the ids of the lines
-    that were no longer this runner's (its lease ran out and another runner took them:
-    that one's answer counts)."""
+    """Record answers and give lines back unrun, in one transaction (an update for each,
+    fenced by the claim); the ids of the answers that did not count, their lines no longer
+    this runner's (its lease ran out and another runner took them: that one's counts)."""
     ids = [a.line_id for a in answers] + released
     if not ids:
         return []
+    ours = Q(state=BatchLine.State.RUNNING, claimed_by=runner)
+    written = 0
     with transaction.atomic():
-        mine: set[int] = set()
-        for start in range(0, len(ids), _WRITE_CHUNK):
-            chunk = ids[start : start + _WRITE_CHUNK]
-            mine.update(
-                BatchLine.objects.select_for_update()
-                .filter(id__in=chunk, state=BatchLine.State.RUNNING, claimed_by=runner)
-                .values_list("id", flat=True)
-            )
-        done = [
-            BatchLine(
-                id=a.line_id,
+        for start in range(0, len(answers), _WRITE_CHUNK):
+            chunk = answers[start : start + _WRITE_CHUNK]
+            written += BatchLine.objects.filter(ours, id__in=[a.line_id for a in chunk]).update(
                 state=BatchLine.State.DONE,
-                result=a.result,
-                failed=a.failed,
+                result=Case(*(When(id=a.line_id, then=Value(a.result)) for a in chunk)),
+                failed=Case(*(When(id=a.line_id, then=Value(a.failed)) for a in chunk)),
                 lease_until=None,
             )
-            for a in answers
-            if a.line_id in mine
-        ]
-        fields = ["state", "result", "failed", "lease_until"]
-        BatchLine.objects.bulk_update(done, fields, batch_size=_WRITE_CHUNK)
-        back = [i for i in released if i in mine]
-        for start in range(0, len(back), _WRITE_CHUNK):
-            BatchLine.objects.filter(id__in=back[start : start + _WRITE_CHUNK]).update(
-                state=BatchLine.State.PENDING, claimed_by="", lease_until=None
+        for start in range(0, len(released), _WRITE_CHUNK):
+            written += BatchLine.objects.filter(
+                ours, id__in=released[start : start + _WRITE_CHUNK]
+            ).update(state=BatchLine.State.PENDING, claimed_by="", lease_until=None)
+        if written == len(ids):
+            return []
+        # Some were taken by another runner (rare): which answers did not count.
+        kept: set[int] = set()
+        for start in range(0, len(answers), _WRITE_CHUNK):
+            chunk = [a.line_id for a in answers[start : start + _WRITE_CHUNK]]
+            kept.update(
+                BatchLine.objects.filter(
+                    id__in=chunk, state=BatchLine.State.DONE, claimed_by=runner
+                ).values_list("id", flat=True)
             )
-    return [i for i in ids if i not in mine]
+        return [a.line_id for a in answers if a.line_id not in kept]
 
 
 def line_finish(*, line_id: int, runner: str, result: dict[str, Any], failed: bool) -> bool:
@@ -460,19 +464,33 @@ def line_bodies(storage_name: str, lines: list[ClaimedLine]) -> dict[int, bytes]
 
 
 def lines_claim_read(
-    *, batch_id: str, storage_name: str, model: str, runner: str, limit: int
-) -> list[tuple[ClaimedLine, bytes]]:
-    """`lines_claim`, and each claimed line's raw JSON: one trip to a worker thread. A line
-    whose file cannot be read is given back."""
-    claimed = lines_claim(batch_id=batch_id, model=model, runner=runner, limit=limit)
+    *,
+    batch_id: str,
+    storage_name: str,
+    model: str,
+    runner: str,
+    limit: int,
+    lapsed: bool = True,
+    answers: list[LineAnswer] = (),  # type: ignore[assignment]
+    released: list[int] = (),  # type: ignore[assignment]
+) -> tuple[list[tuple[ClaimedLine, bytes]], list[int]]:
+    """Write the runner's ended lines (`lines_finish`) and claim more (`lines_claim`) in
+    one transaction, then read the claimed lines' raw JSON: one trip to a worker thread.
+    The lines claimed with their bodies, and the ids `lines_finish` lost. When the file
+    cannot be read the claimed lines are given back."""
+    with transaction.atomic():
+        lost = lines_finish(runner=runner, answers=list(answers), released=list(released))
+        claimed = lines_claim(
+            batch_id=batch_id, model=model, runner=runner, limit=limit, lapsed=lapsed
+        )
     if not claimed:
-        return []
+        return [], lost
     try:
         bodies = line_bodies(storage_name, claimed)
     except OSError:
         lines_finish(runner=runner, answers=[], released=[line.id for line in claimed])
         raise
-    return [(line, bodies[line.id]) for line in claimed]
+    return [(line, bodies[line.id]) for line in claimed], lost
 
 
 _UNFINISHED = {

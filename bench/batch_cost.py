@@ -1,15 +1,22 @@
 """What the batch runner costs per line, and how long a big upload takes, in one run.
 
-    .venv/bin/python bench/batch_cost.py [--lines 2000] [--upload-lines 50000]
-                                         [--line-bytes 4000] [--baseline main]
+    .venv/bin/python bench/batch_cost.py [--lines 2000] [--paced-lines 500]
+                                         [--upload-lines 50000] [--line-bytes 4000]
+                                         [--baseline main]
 
-Starts a zero-latency simulator, a gateway under uvicorn and one runner
-(`manage.py run_batches`) on a throw-away database (SQLite, or DATABASE_URL), then:
+Starts two simulators, a gateway under uvicorn and one runner (`manage.py run_batches`) on
+a throw-away database (SQLite, or DATABASE_URL; with REDIS_URL, a Redis prefix of its own),
+then:
 
-  - runner: a batch of `lines` chat lines, from its creation until it is completed; the
-    runner process's CPU seconds (utime + stime) per line and lines per second (wall);
-    the runner calls the upstream itself (the live request path, in its own process), so
-    its CPU includes what a live call costs the gateway;
+  - zero latency: a batch of `lines` chat lines toward a zero-latency deployment with
+    room for all, from its creation until it is completed: the runner process's CPU
+    seconds (utime + stime) per line, and lines per second (wall). The runner calls the
+    upstream itself (the live request path, in its own process), so its CPU includes what
+    a live call costs the gateway;
+  - paced: the same with `paced-lines` lines toward a deployment of `paced-slots` slots
+    (20 % kept for interactive calls) whose calls take `paced-ms`: the runner is woken by
+    every line that ends and finds the deployment full most of the time, so this is what
+    its pacing costs per line;
   - upload: a file of `upload-lines` lines padded to about `line-bytes` bytes each
     (50,000 x 4,000 is about 200 MB, the upload limit): the seconds to upload it
     (POST /v1/files: counted and stored), to create the batch, and until the runner has
@@ -26,7 +33,8 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -38,20 +46,31 @@ CONFIG = """
 [[upstreams]]
 name = "sim"
 base_url = "{simulator}/v1"
+[[upstreams]]
+name = "slow"
+base_url = "{slow}/v1"
 [[deployments]]
 name = "zero"
 upstream = "sim"
 model = "m"
-max_concurrency = {capacity}
+max_concurrency = 100000
+[[deployments]]
+name = "paced"
+upstream = "slow"
+model = "m"
+max_concurrency = {slots}
 [[routes]]
 name = "m"
 chain = ["zero"]
+[[routes]]
+name = "p"
+chain = ["paced"]
 [[teams]]
 slug = "bench"
 [[applications]]
 slug = "nightly"
 team = "bench"
-routes = ["m"]
+routes = ["m", "p"]
 default_priority = "batch"
 [[members]]
 email = "bench@example.com"
@@ -61,12 +80,20 @@ FINAL = {"completed", "failed", "expired", "cancelled"}
 
 
 @dataclass
+class Ran:
+    """One batch run to its end."""
+
+    status: str = ""
+    lines: int = 0
+    seconds: float = 0.0
+    cpu_s: float = 0.0  # the runner's
+
+
+@dataclass
 class Side:
     label: str
-    lines: int = 0
-    runner_cpu_s: float = 0.0
-    run_s: float = 0.0
-    status: str = ""
+    zero: Ran = field(default_factory=Ran)
+    paced: Ran = field(default_factory=Ran)
     upload_mb: float = 0.0
     upload_lines: int = 0
     stored_s: float = 0.0
@@ -75,7 +102,7 @@ class Side:
     validate_cpu_s: float = 0.0
 
 
-def write_lines(path: Path, n: int, line_bytes: int, prefix: str) -> int:
+def write_lines(path: Path, n: int, line_bytes: int, prefix: str, model: str = "m") -> int:
     """A JSONL file of n chat lines, each padded to about line_bytes; its size."""
     with path.open("w") as f:
         for i in range(n):
@@ -83,7 +110,7 @@ def write_lines(path: Path, n: int, line_bytes: int, prefix: str) -> int:
                 "custom_id": f"{prefix}-{i}",
                 "method": "POST",
                 "url": "/v1/chat/completions",
-                "body": {"model": "m", "messages": [{"role": "user", "content": ""}]},
+                "body": {"model": model, "messages": [{"role": "user", "content": ""}]},
             }
             text = json.dumps(line)
             pad = max(0, line_bytes - len(text) - 1)
@@ -133,18 +160,22 @@ class Api:
 
 def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Side:
     side = Side(label)
-    simulator = s.simulator(
-        "--model", f"m:{args.capacity}", "--output-tokens", "16",
-        "--latency-ms", str(args.latency_ms),
+    simulator = s.simulator("--model", "m:100000", "--output-tokens", "16")
+    slow = s.simulator(
+        "--model", f"m:{args.paced_slots}", "--output-tokens", "16",
+        "--latency-ms", str(args.paced_ms),
     )  # fmt: skip
-    config = CONFIG.format(simulator=simulator, capacity=args.capacity)
+    config = CONFIG.format(simulator=simulator, slow=slow, slots=args.paced_slots)
     key = s.configure(config, member="bench@example.com", application="nightly")
     if source != ROOT:  # the baseline's own migrations too
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "-v0"],
             cwd=source, env=s.env, check=True, capture_output=True,
         )  # fmt: skip
-    env = {"SLUICE_BATCH_FILES_DIR": str(s.tmp / "files")}
+    env = {
+        "SLUICE_BATCH_FILES_DIR": str(s.tmp / "files"),
+        "SLUICE_REDIS_PREFIX": f"bench-{uuid.uuid4().hex[:8]}",
+    }
     s.env |= env
     gateway, _ = s.gateway(env=env, source=source)
     api = Api(gateway, key)
@@ -160,14 +191,12 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Sid
         write_lines(warm, 20, 200, "warm")
         api.wait(api.create(api.upload(warm)), FINAL, 60)
 
-        path = s.tmp / "run.jsonl"
-        write_lines(path, args.lines, 200, "run")
-        file_id = api.upload(path)
-        cpu, started = cpu_seconds([runner.pid]), time.monotonic()
-        done = api.wait(api.create(file_id), FINAL, args.timeout)
-        side.run_s = time.monotonic() - started
-        side.runner_cpu_s = cpu_seconds([runner.pid]) - cpu
-        side.lines, side.status = done["request_counts"]["completed"], done["status"]
+        for ran, lines, model in (
+            (side.zero, args.lines, "m"),
+            (side.paced, args.paced_lines, "p"),
+        ):
+            if lines:
+                run_batch(s, api, runner, ran, lines, model, args.timeout)
 
         if args.upload_lines:
             big = s.tmp / "big.jsonl"
@@ -193,6 +222,19 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Sid
     return side
 
 
+def run_batch(
+    s: Stack, api: Api, runner: subprocess.Popen, ran: Ran, lines: int, model: str, timeout: float
+) -> None:
+    path = s.tmp / f"run-{model}.jsonl"
+    write_lines(path, lines, 200, f"run-{model}", model)
+    file_id = api.upload(path)
+    cpu, started = cpu_seconds([runner.pid]), time.monotonic()
+    done = api.wait(api.create(file_id), FINAL, timeout)
+    ran.seconds = time.monotonic() - started
+    ran.cpu_s = cpu_seconds([runner.pid]) - cpu
+    ran.lines, ran.status = done["request_counts"]["completed"], done["status"]
+
+
 def report(args: argparse.Namespace, sides: list[Side]) -> None:
     width = 16
     print()
@@ -201,13 +243,24 @@ def report(args: argparse.Namespace, sides: list[Side]) -> None:
     def row(label: str, values: list[str]) -> None:
         print(f"  {label:40}" + "".join(f"{v:>{width}}" for v in values))
 
-    row(f"runner: batch of {args.lines} lines", [x.status for x in sides])
-    row("  lines completed", [str(x.lines) for x in sides])
-    row("  wall time (s)", [f"{x.run_s:.1f}" for x in sides])
-    row("  lines/s", [f"{x.lines / x.run_s:.0f}" for x in sides])
-    row("  runner CPU (s)", [f"{x.runner_cpu_s:.2f}" for x in sides])
-    row("  runner CPU per line (ms)",
-        [f"{x.runner_cpu_s * 1000 / max(1, x.lines):.2f}" for x in sides])  # fmt: skip
+    runs = (
+        (f"zero latency: batch of {args.lines} lines", args.lines, lambda x: x.zero),
+        (
+            f"paced: {args.paced_lines} lines, {args.paced_slots} slots, {args.paced_ms:.0f} ms",
+            args.paced_lines,
+            lambda x: x.paced,
+        ),
+    )
+    for title, lines, of in runs:
+        if not lines:
+            continue
+        ran = [of(x) for x in sides]
+        row(title, [r.status for r in ran])
+        row("  lines completed", [str(r.lines) for r in ran])
+        row("  wall time (s)", [f"{r.seconds:.1f}" for r in ran])
+        row("  lines/s", [f"{r.lines / r.seconds:.0f}" for r in ran])
+        row("  runner CPU (s)", [f"{r.cpu_s:.2f}" for r in ran])
+        row("  runner CPU per line (ms)", [f"{r.cpu_s * 1000 / max(1, r.lines):.2f}" for r in ran])
     if args.upload_lines:
         big = f"upload: {sides[0].upload_lines} lines, {sides[0].upload_mb:.0f} MB"
         row(big, ["" for _ in sides])
@@ -223,8 +276,9 @@ def main() -> None:
     parser.add_argument("--upload-lines", type=int, default=50_000, help="0: no upload")
     parser.add_argument("--line-bytes", type=int, default=4000, help="size of an upload line")
     parser.add_argument("--in-flight", type=int, default=64, help="the runner's --max-in-flight")
-    parser.add_argument("--capacity", type=int, default=100000, help="the deployment's slots")
-    parser.add_argument("--latency-ms", type=float, default=0, help="the simulator's latency")
+    parser.add_argument("--paced-lines", type=int, default=500, help="0: no paced run")
+    parser.add_argument("--paced-slots", type=int, default=8, help="the paced deployment's slots")
+    parser.add_argument("--paced-ms", type=float, default=100, help="a paced call's latency")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--profile", help="write cProfile stats of this checkout's runner here")
     parser.add_argument("--baseline", help="git ref of a 'before' run (say main)")
@@ -232,7 +286,7 @@ def main() -> None:
     database = os.environ.get("DATABASE_URL", "sqlite").split(":")[0]
     redis = "Redis" if os.environ.get("REDIS_URL") else "in-process"
     print(
-        f"Batch runner cost: a zero-latency simulator, one runner (--max-in-flight "
+        f"Batch runner cost: one runner (--max-in-flight "
         f"{args.in_flight}), database {database}, state {redis}, {os.cpu_count()} cores"
     )
     sides = []
