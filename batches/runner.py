@@ -6,7 +6,7 @@ Every tick (a fifth of a second) it reads the active batches and handles each:
     cancelling, past   abandon the lines it runs (their upstream calls are cancelled), then,
     its expiry         once no live runner holds a line, write the files: cancelled/expired
     in_progress        outside the batch's window: start nothing (lines in flight finish);
-                       inside: claim as many lines as the route has spare slots
+                       inside: start as many lines as the route has spare slots
                        (batches/pacing.py) and run each as a call of class batch through
                        routing.request_path.proxy.serve (quotas, fallback policy, slot queues,
                        audit); every line done: write the files, completed
@@ -16,8 +16,11 @@ freed, from the batches of the last tick (at most every 20 ms, and without readi
 batches again): a deployment kept full costs one spare-slot look per wake and a claim only
 when there is room. A batch with nothing left to claim is not asked again until the next
 tick. Claims take many lines in one transaction (services.lines_claim, with their bodies
-in the same trip to a worker thread), and answers are written many at a time
-(services.lines_finish, every 50 ms at most): a line costs no database trip of its own.
+in the same trip to a worker thread, and the answers of the lines that ended since the
+last write): up to 16 lines ahead of the spare slots, kept leased in the runner until a
+slot is spare, so a deployment that frees one slot at a time costs no claim per line.
+Answers are written many at a time (services.lines_finish, every 100 ms at most): a line
+costs no database trip of its own.
 
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
 Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
@@ -38,6 +41,7 @@ import json
 import logging
 import time
 import uuid
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,7 +57,7 @@ from batches.models import Batch
 from batches.pacing import route_spare
 from batches.runner_db import RunnerDb
 from batches.selectors import ActiveBatch
-from batches.services import LineAnswer
+from batches.services import ClaimedLine, LineAnswer
 from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
@@ -69,7 +73,8 @@ TICK = 0.2  # seconds between reads of the batches: how fast a cancel or a windo
 # A line that ends (answered or preempted) frees room: fill it at once, but not more
 # often than this.
 REFILL = 0.02
-WRITE_EVERY = 0.05  # answers and released lines wait at most this long for their write
+WRITE_EVERY = 0.1  # answers and released lines wait at most this long for their write
+PREFETCH = 16  # lines claimed at once for a route with room for fewer (see Runner._queued)
 _WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
 _MAX_WAIT = 30.0  # a Retry-After longer than this is waited in steps (cancel stays quick)
 
@@ -96,6 +101,11 @@ class Runner:
     _open: list[ActiveBatch] = field(default_factory=list)
     _models: dict[str, list[str]] = field(default_factory=dict)
     _drained: set[tuple[str, str]] = field(default_factory=set)  # (batch, model): none to claim
+    # Lines claimed ahead, with their bodies, waiting for a spare slot (leased like running
+    # ones): a deployment that frees one slot at a time costs no claim per line.
+    _queued: dict[tuple[str, str], deque[tuple[ClaimedLine, bytes]]] = field(
+        default_factory=lambda: defaultdict(deque)
+    )
     # Lines ended but not written yet: answers, and lines given back unrun.
     _answers: list[tuple[str, LineAnswer]] = field(default_factory=list)
     _released: list[tuple[str, int]] = field(default_factory=list)
@@ -124,7 +134,7 @@ class Runner:
         finally:
             renewer.cancel()
             writer.cancel()
-            await self._abandon(lambda r: True)
+            await self._abandon(lambda b: True)
             with contextlib.suppress(Exception):
                 await self.write_ended()
             self._db = db_read
@@ -145,7 +155,7 @@ class Runner:
     async def tick(self) -> None:
         batches = await self._db(selectors.active_batches)
         known = {b.id for b in batches}
-        await self._abandon(lambda r: r.batch_id not in known)  # finished or deleted
+        await self._abandon(lambda b: b not in known)  # finished or deleted
         self._open = []
         self._drained.clear()  # lapsed leases and released lines: claimable again
         now = timezone.now()
@@ -162,12 +172,14 @@ class Runner:
             del self.failing[gone]
         for gone in set(self._models) - known:
             del self._models[gone]
+        for key in [k for k, q in self._queued.items() if not q]:
+            del self._queued[key]
 
     async def _step(self, batch: ActiveBatch, now: datetime) -> None:
         if batch.status == Status.VALIDATING:
             await db_write(services.batch_validate, batch_id=batch.id, runner=self.name)
         elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
-            await self._abandon(lambda r, b=batch.id: r.batch_id == b)
+            await self._abandon(lambda b, this=batch.id: b == this)
             await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
         else:
             if window_open(parse_windows(batch.windows), batch.time_zone, now):
@@ -175,7 +187,7 @@ class Runner:
                 started = await self._start_lines(batch, lapsed=True)
             else:
                 # Closed: start nothing; lines in flight finish, lines waiting go back.
-                await self._abandon(lambda r, b=batch.id: r.batch_id == b and r.waiting)
+                await self._abandon(lambda b, this=batch.id: b == this, waiting_only=True)
                 started = 0
             if (
                 not started
@@ -221,7 +233,12 @@ class Runner:
             await asyncio.sleep(max(0.0, looked + REFILL - time.monotonic()))
 
     def _mine(self, batch_id: str) -> int:
-        return sum(1 for r in self.lines.values() if r.batch_id == batch_id)
+        queued = sum(len(q) for (b, _), q in self._queued.items() if b == batch_id)
+        return queued + sum(1 for r in self.lines.values() if r.batch_id == batch_id)
+
+    def _held(self) -> list[int]:
+        """The lines this runner holds a lease on: running and queued."""
+        return [*self.lines, *(line.id for q in self._queued.values() for line, _ in q)]
 
     async def _start_lines(self, batch: ActiveBatch, *, lapsed: bool) -> int:
         """Claim and start lines while the batch's routes have spare slots; how many.
@@ -234,38 +251,51 @@ class Runner:
             room = self.max_in_flight - len(self.lines)
             if room <= 0:
                 break
-            if (batch.id, model) in self._drained:
+            key = (batch.id, model)
+            queue = self._queued[key]
+            if not queue and key in self._drained:
                 continue
             route = routes.get(model)
-            limit = min(room, await route_spare(route) if route is not None else 1)
-            if limit <= 0:
+            spare = min(room, await route_spare(route) if route is not None else 1)
+            if spare <= 0:
                 continue
-            # The lines that ended since the last write are written in the same transaction.
-            answers, released = self._take_ended()
-            try:
-                claimed, lost = await self._db(
-                    services.lines_claim_read,
-                    batch_id=batch.id,
-                    storage_name=batch.storage_name,
-                    model=model,
-                    runner=self.name,
-                    limit=limit,
-                    lapsed=lapsed,
-                    answers=[a for _, a in answers],
-                    released=[i for _, i in released],
-                )
-            except BaseException:
-                self._put_back(answers, released)
-                raise
-            _warn_lost(answers, lost)
-            if not claimed:
-                self._drained.add((batch.id, model))
-                continue
-            for line, raw in claimed:
+            if len(queue) < spare and key not in self._drained:
+                # Claim ahead (up to PREFETCH), within the lines a runner may hold at once.
+                held = len(self.lines) + sum(len(q) for q in self._queued.values())
+                want = min(max(spare, PREFETCH) - len(queue), self.max_in_flight - held)
+                if want > 0:
+                    queue.extend(await self._claim(batch, model, want, lapsed=lapsed))
+                if len(queue) < spare:
+                    self._drained.add(key)
+            for _ in range(min(spare, len(queue))):
+                line, raw = queue.popleft()
                 task = asyncio.create_task(self._run_line(batch, line, raw))
                 self.lines[line.id] = _Running(task, batch.id, model)
-            started += len(claimed)
+                started += 1
         return started
+
+    async def _claim(
+        self, batch: ActiveBatch, model: str, limit: int, *, lapsed: bool
+    ) -> list[tuple[ClaimedLine, bytes]]:
+        # The lines that ended since the last write are written in the same transaction.
+        answers, released = self._take_ended()
+        try:
+            claimed, lost = await self._db(
+                services.lines_claim_read,
+                batch_id=batch.id,
+                storage_name=batch.storage_name,
+                model=model,
+                runner=self.name,
+                limit=limit,
+                lapsed=lapsed,
+                answers=[a for _, a in answers],
+                released=[i for _, i in released],
+            )
+        except BaseException:
+            self._put_back(answers, released)
+            raise
+        _warn_lost(answers, lost)
+        return claimed
 
     async def _run_line(
         self,
@@ -387,11 +417,20 @@ class Runner:
             await asyncio.sleep(wait)
             self.lines[line.id].waiting = False
 
-    async def _abandon(self, which: Any) -> None:
-        """Cancel the matching lines (each gives its line back) and wait for them; their
-        releases and the answers of their batches are written before this returns (a
-        finalization next must see them)."""
-        tasks = [r.task for r in self.lines.values() if which(r)]
+    async def _abandon(self, batch: Callable[[str], bool], *, waiting_only: bool = False) -> None:
+        """Give back the lines of the matching batches: the queued ones, and the running
+        ones cancelled (only those waiting for a limit, with `waiting_only`; each gives its
+        line back) and waited for. Written before this returns: a finalization next must
+        see them."""
+        for (batch_id, _), queue in self._queued.items():
+            if batch(batch_id):
+                self._released += [(batch_id, line.id) for line, _ in queue]
+                queue.clear()
+        tasks = [
+            r.task
+            for r in self.lines.values()
+            if batch(r.batch_id) and (r.waiting or not waiting_only)
+        ]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -403,9 +442,9 @@ class Runner:
         every = settings.SLUICE_BATCH_LEASE_SECONDS / 3
         while not stop.is_set():
             await asyncio.sleep(every)
-            if self.lines:
+            if held := self._held():
                 try:
-                    await self._db(services.lines_renew, ids=list(self.lines), runner=self.name)
+                    await self._db(services.lines_renew, ids=held, runner=self.name)
                 except Exception:
                     log.exception("renewing line leases failed; retrying")
 
