@@ -198,13 +198,14 @@ class Runner:
 
     async def _fill(self) -> None:
         """Between ticks: start lines in the room freed, for the batches of the last tick."""
-        for batch in self._open:
+        for batch in list(self._open):
             if len(self.lines) >= self.max_in_flight:
                 return
             try:
                 await self._start_lines(batch, lapsed=False)
             except Exception:
-                self._failed(batch.id)
+                # Left to the next tick, which tries it again and logs it (once).
+                self._open.remove(batch)
 
     def _failed(self, batch_id: str) -> None:
         """Log a batch's failure once (with its traceback), not on every tick it repeats."""

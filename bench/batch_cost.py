@@ -8,6 +8,7 @@ Starts two simulators, a gateway under uvicorn and one runner (`manage.py run_ba
 a throw-away database (SQLite, or DATABASE_URL; with REDIS_URL, a Redis prefix of its own),
 then:
 
+  - idle: the runner's CPU per second with no batch to run (its ticks, its caches);
   - zero latency: a batch of `lines` chat lines toward a zero-latency deployment with
     room for all, from its creation until it is completed: the runner process's CPU
     seconds (utime + stime) per line, and lines per second (wall). The runner calls the
@@ -77,6 +78,7 @@ email = "bench@example.com"
 team = "bench"
 """
 FINAL = {"completed", "failed", "expired", "cancelled"}
+IDLE_SECONDS = 5
 
 
 @dataclass
@@ -92,6 +94,7 @@ class Ran:
 @dataclass
 class Side:
     label: str
+    idle_cpu_s: float = 0.0  # the runner's CPU per second with no batch to run
     zero: Ran = field(default_factory=Ran)
     paced: Ran = field(default_factory=Ran)
     upload_mb: float = 0.0
@@ -190,6 +193,10 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Sid
         warm = s.tmp / "warm.jsonl"
         write_lines(warm, 20, 200, "warm")
         api.wait(api.create(api.upload(warm)), FINAL, 60)
+        time.sleep(1)
+        cpu = cpu_seconds([runner.pid])
+        time.sleep(IDLE_SECONDS)
+        side.idle_cpu_s = (cpu_seconds([runner.pid]) - cpu) / IDLE_SECONDS
 
         for ran, lines, model in (
             (side.zero, args.lines, "m"),
@@ -251,6 +258,7 @@ def report(args: argparse.Namespace, sides: list[Side]) -> None:
             lambda x: x.paced,
         ),
     )
+    row("idle runner: CPU ms per second", [f"{x.idle_cpu_s * 1000:.1f}" for x in sides])
     for title, lines, of in runs:
         if not lines:
             continue
