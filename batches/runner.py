@@ -265,9 +265,10 @@ class Runner:
                 held = len(self.lines) + sum(len(q) for q in self._queued.values())
                 want = min(max(spare, PREFETCH) - len(queue), self.max_in_flight - held)
                 if want > 0:
-                    queue.extend(await self._claim(batch, model, want, lapsed=lapsed))
-                if len(queue) < spare:
-                    self._drained.add(key)
+                    claimed = await self._claim(batch, model, want, lapsed=lapsed)
+                    queue.extend(claimed)
+                    if len(claimed) < want:  # none left to claim: not asked until the tick
+                        self._drained.add(key)
             for _ in range(min(spare, len(queue))):
                 line, raw = queue.popleft()
                 task = asyncio.create_task(self._run_line(batch, line, raw))
