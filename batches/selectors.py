@@ -94,28 +94,48 @@ class ActiveBatch:
 
 
 def active_batches() -> list[ActiveBatch]:
-    batches = list(
+    """Read every tick by every runner: one query of plain values."""
+    rows = (
         Batch.objects.filter(status__in=ACTIVE)
-        .select_related("application__team", "input_file")
         .order_by("created_at", "id")
-    )
-    result = []
-    for b in batches:
-        app: Application = b.application
-        result.append(
-            ActiveBatch(
-                id=b.id,
-                status=b.status,
-                endpoint=b.endpoint,
-                application_id=b.application_id,
-                key_prefix=b.key_prefix,
-                expires_at=b.expires_at,
-                windows=effective_windows(app.batch_windows, app.team.batch_windows),
-                time_zone=app.team.time_zone,
-                storage_name=b.input_file.storage_name if b.input_file else "",
-            )
+        .values_list(
+            "id",
+            "status",
+            "endpoint",
+            "application_id",
+            "key_prefix",
+            "expires_at",
+            "application__batch_windows",
+            "application__team__batch_windows",
+            "application__team__time_zone",
+            "input_file__storage_name",
         )
-    return result
+    )
+    return [
+        ActiveBatch(
+            id=batch_id,
+            status=status,
+            endpoint=endpoint,
+            application_id=application_id,
+            key_prefix=key_prefix,
+            expires_at=expires_at,
+            windows=effective_windows(app_windows, team_windows),
+            time_zone=time_zone,
+            storage_name=storage or "",
+        )
+        for (
+            batch_id,
+            status,
+            endpoint,
+            application_id,
+            key_prefix,
+            expires_at,
+            app_windows,
+            team_windows,
+            time_zone,
+            storage,
+        ) in rows
+    ]
 
 
 def batch_progress() -> list[dict[str, object]]:
