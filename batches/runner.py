@@ -293,6 +293,9 @@ class Runner:
                 answers=[a for _, a in answers],
                 released=[i for _, i in released],
             )
+        except services.InputUnreadable as exc:  # the answers were written
+            _warn_lost(answers, exc.lost)
+            raise
         except BaseException:
             self._put_back(answers, released)
             raise

@@ -10,7 +10,7 @@ whose lease ran out (killed, or stalled) cannot write over the runner that took 
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any
@@ -485,6 +485,15 @@ def line_bodies(storage_name: str, lines: list[ClaimedLine]) -> dict[int, bytes]
     return bodies
 
 
+class InputUnreadable(OSError):
+    """The batch's input file could not be read; the lines claimed went back, and the
+    answers given were written (`lost`: the ids of those that did not count)."""
+
+    def __init__(self, lost: list[int]) -> None:
+        super().__init__("the batch's input file could not be read")
+        self.lost = lost
+
+
 def lines_claim_read(
     *,
     batch_id: str,
@@ -493,13 +502,12 @@ def lines_claim_read(
     runner: str,
     limit: int,
     lapsed: bool = True,
-    answers: list[LineAnswer] = (),  # type: ignore[assignment]
-    released: list[int] = (),  # type: ignore[assignment]
+    answers: Sequence[LineAnswer] = (),
+    released: Sequence[int] = (),
 ) -> tuple[list[tuple[ClaimedLine, bytes]], list[int]]:
     """Write the runner's ended lines (`lines_finish`) and claim more (`lines_claim`) in
     one transaction, then read the claimed lines' raw JSON: one trip to a worker thread.
-    The lines claimed with their bodies, and the ids `lines_finish` lost. When the file
-    cannot be read the claimed lines are given back."""
+    The lines claimed with their bodies, and the ids of the answers that did not count."""
     with transaction.atomic():
         lost = lines_finish(runner=runner, answers=list(answers), released=list(released))
         claimed = lines_claim(
@@ -511,7 +519,7 @@ def lines_claim_read(
         bodies = line_bodies(storage_name, claimed)
     except OSError:
         lines_finish(runner=runner, answers=[], released=[line.id for line in claimed])
-        raise
+        raise InputUnreadable(lost) from None
     return [(line, bodies[line.id]) for line in claimed], lost
 
 
