@@ -73,6 +73,9 @@ TICK = 0.2  # seconds between reads of the batches: how fast a cancel or a windo
 # A line that ends (answered or preempted) frees room: fill it at once, but not more
 # often than this.
 REFILL = 0.02
+# Lines waiting for a spare slot look again this soon (not only when one of their own ends):
+# room freed by other calls (the gateway's interactive ones) is not told to the runner.
+SPARE_POLL = 0.02
 WRITE_EVERY = 0.1  # answers and released lines wait at most this long for their write
 PREFETCH = 16  # lines claimed at once for a route with room for fewer (see Runner._queued)
 _WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
@@ -101,6 +104,7 @@ class Runner:
     _open: list[ActiveBatch] = field(default_factory=list)
     _models: dict[str, list[str]] = field(default_factory=dict)
     _drained: set[tuple[str, str]] = field(default_factory=set)  # (batch, model): none to claim
+    _starved: bool = False  # the last look found lines to start and no spare slot for them
     # Lines claimed ahead, with their bodies, waiting for a spare slot (leased like running
     # ones): a deployment that frees one slot at a time costs no claim per line.
     _queued: dict[tuple[str, str], deque[tuple[ClaimedLine, bytes]]] = field(
@@ -125,6 +129,7 @@ class Runner:
             while not stop.is_set():
                 looked = time.monotonic()
                 self._ended.clear()
+                self._starved = False
                 if looked >= next_tick:
                     next_tick = looked + TICK
                     await self._tick_guarded()
@@ -222,7 +227,8 @@ class Runner:
     async def _pause(self, stop: asyncio.Event, looked: float, next_tick: float) -> None:
         """Until the next look: the tick, or a line ending (its slot may be spare now; a
         whole tick of it left idle costs the batch throughput), whichever comes first."""
-        timeout = max(0.0, next_tick - time.monotonic())
+        until = min(next_tick, looked + SPARE_POLL) if self._starved else next_tick
+        timeout = max(0.0, until - time.monotonic())
         wakes = (stop, self._ended) if self._open else (stop,)  # nothing to fill: the tick
         waits = [asyncio.ensure_future(e.wait()) for e in wakes]
         try:
@@ -259,6 +265,7 @@ class Runner:
             route = routes.get(model)
             spare = min(room, await route_spare(route) if route is not None else 1)
             if spare <= 0:
+                self._starved = True
                 continue
             if len(queue) < spare and key not in self._drained:
                 # Claim ahead (up to PREFETCH), within the lines a runner may hold at once.
