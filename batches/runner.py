@@ -15,8 +15,8 @@ Between ticks, a line that ends (answered or preempted) wakes the runner to fill
 freed, from the batches of the last tick (at most every 20 ms, and without reading the
 batches again), and so does every 20 ms while lines wait for a spare slot (room the
 gateway's calls free is not told to the runner): a deployment kept full costs one
-spare-slot look per wake and a claim only when there is room. A batch with nothing left to claim is not asked again until the next
-tick. Claims take many lines in one transaction (services.lines_claim, with their bodies
+spare-slot look per wake and a claim only when there is room. A batch with nothing left
+to claim is not asked again until the next tick. Claims take many lines in one transaction (services.lines_claim, with their bodies
 in the same trip to a worker thread, and the answers of the lines that ended since the
 last write): up to 16 lines ahead of the spare slots, kept leased in the runner until a
 slot is spare, so a deployment that frees one slot at a time costs no claim per line.
