@@ -11,17 +11,17 @@ Every tick (a fifth of a second) it reads the active batches and handles each:
                        routing.request_path.proxy.serve (quotas, fallback policy, slot queues,
                        audit); every line done: write the files, completed
 
-Between ticks, a line that ends (answered or preempted) wakes the runner to fill the room it
-freed, from the batches of the last tick (at most every 20 ms, and without reading the
+Between ticks, a line that ends (answered or preempted) wakes the runner to fill the room
+it freed, from the batches of the last tick (at most every 20 ms, and without reading the
 batches again), and so does every 20 ms while lines wait for a spare slot (room the
 gateway's calls free is not told to the runner): a deployment kept full costs one
-spare-slot look per wake and a claim only when there is room. A batch with nothing left
-to claim is not asked again until the next tick. Claims take many lines in one transaction (services.lines_claim, with their bodies
-in the same trip to a worker thread, and the answers of the lines that ended since the
-last write): up to 16 lines ahead of the spare slots, kept leased in the runner until a
-slot is spare, so a deployment that frees one slot at a time costs no claim per line.
-Answers are written many at a time (services.lines_finish, every 100 ms at most): a line
-costs no database trip of its own.
+spare-slot look per wake and a claim only when there is room. A batch with nothing left to
+claim is not asked again until the next tick. Claims take many lines in one transaction
+(services.lines_claim, with their bodies in the same trip to a worker thread, and the
+answers of the lines that ended since the last write): up to 16 lines ahead of the spare
+slots, kept leased in the runner until a slot is spare, so a deployment that frees one
+slot at a time costs no claim per line. Answers are written many at a time
+(services.lines_finish, every 100 ms at most): a line costs no database trip of its own.
 
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
 Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
