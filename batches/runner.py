@@ -105,7 +105,7 @@ class Runner:
     _open: list[ActiveBatch] = field(default_factory=list)
     _models: dict[str, list[str]] = field(default_factory=dict)
     _drained: set[tuple[str, str]] = field(default_factory=set)  # (batch, model): none to claim
-    _starved: bool = False  # the last look found lines to start and no spare slot for them
+    _starved: bool = False  # the last look left lines waiting for a spare slot
     # Lines claimed ahead, with their bodies, waiting for a spare slot (leased like running
     # ones): a deployment that frees one slot at a time costs no claim per line.
     _queued: dict[tuple[str, str], deque[tuple[ClaimedLine, bytes]]] = field(
@@ -282,6 +282,8 @@ class Runner:
                 task = asyncio.create_task(self._run_line(batch, line, raw))
                 self.lines[line.id] = _Running(task, batch.id, model)
                 started += 1
+            if queue or key not in self._drained:
+                self._starved = True  # more to start once a slot is spare
         return started
 
     async def _claim(
