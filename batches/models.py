@@ -117,7 +117,12 @@ class BatchLine(models.Model):
             models.UniqueConstraint(fields=["batch", "number"], name="batch_line_unique"),
             models.UniqueConstraint(fields=["batch", "custom_id"], name="batch_custom_id_unique"),
         ]
-        indexes = [models.Index(fields=["batch", "state"], name="batch_line_state")]
+        indexes = [
+            models.Index(fields=["batch", "state"], name="batch_line_state"),
+            # A runner's claim: the lowest pending (or lapsed) lines of one model, read as
+            # one range however many of the batch's lines are done.
+            models.Index(fields=["batch", "model", "state", "number"], name="batch_line_claim"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.batch_id}:{self.number}"

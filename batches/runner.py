@@ -1,15 +1,27 @@
 """The batch runner (`manage.py run_batches`): runs batch lines through the live request path.
 
-Each tick (a fifth of a second, sooner when a line ends) it looks at every active batch:
+Every tick (a fifth of a second) it reads the active batches and handles each:
 
     validating         check the file (batches/validation.py): in_progress, or failed
     cancelling, past   abandon the lines it runs (their upstream calls are cancelled), then,
     its expiry         once no live runner holds a line, write the files: cancelled/expired
     in_progress        outside the batch's window: start nothing (lines in flight finish);
-                       inside: claim as many lines as the route has spare slots
+                       inside: start as many lines as the route has spare slots
                        (batches/pacing.py) and run each as a call of class batch through
                        routing.request_path.proxy.serve (quotas, fallback policy, slot queues,
                        audit); every line done: write the files, completed
+
+Between ticks, a line that ends (answered or preempted) wakes the runner to fill the room
+it freed, from the batches of the last tick (at most every 20 ms, and without reading the
+batches again), and so does every 20 ms while lines wait for a spare slot (room the
+gateway's calls free is not told to the runner): a deployment kept full costs one
+spare-slot look per wake and a claim only when there is room. A batch with nothing left to
+claim is not asked again until the next tick. Claims take many lines in one transaction
+(services.lines_claim, with their bodies in the same trip to a worker thread, and the
+answers of the lines that ended since the last write): up to 16 lines ahead of the spare
+slots, kept leased in the runner until a slot is spare, so a deployment that frees one
+slot at a time costs no claim per line. Answers are written many at a time
+(services.lines_finish, every 100 ms at most): a line costs no database trip of its own.
 
 A line a limit refuses (429, or 503 when every deployment stayed full) waits for the
 Retry-After and goes again: a batch waits, it does not fail for want of capacity. A line's
@@ -19,9 +31,9 @@ a slot at, the deployment state asks the youngest such slots back
 slot at once and ends as `preempted`, and the line goes back to pending, to be claimed again like
 any other (first, as the lowest number). Its answer was never written, so it is in the output once.
 Claimed lines are leases renewed while they run, so the lines of a runner killed with kill -9 are
-taken again once its leases run out. Such a line may have reached an upstream already, so
-it can reach one twice; its answer is written once (services.line_finish is fenced by the
-claim), and a line is never lost.
+taken again once its leases run out (as are answers it had not written yet). Such a line may have
+reached an upstream already, so it can reach one twice; its answer is written once
+(services.lines_finish is fenced by the claim), and a line is never lost.
 """
 
 import asyncio
@@ -30,6 +42,8 @@ import json
 import logging
 import time
 import uuid
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,7 +56,9 @@ from accounts.windows import parse_windows, window_open
 from batches import selectors, services
 from batches.models import Batch
 from batches.pacing import route_spare
+from batches.runner_db import RunnerDb
 from batches.selectors import ActiveBatch
+from batches.services import ClaimedLine, LineAnswer
 from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
@@ -54,10 +70,15 @@ from routing.request_path.proxy import Inbound, serve
 
 log = logging.getLogger("sluice.batches")
 Status = Batch.Status
-TICK = 0.2  # seconds between looks at the batches: how fast a cancel or a window bites
-# A line that ends (answered or preempted) frees room: look again at once, but not more
-# often than this (each look reads the database).
+TICK = 0.2  # seconds between reads of the batches: how fast a cancel or a window bites
+# A line that ends (answered or preempted) frees room: fill it at once, but not more
+# often than this.
 REFILL = 0.02
+# Lines waiting for a spare slot look again this soon (not only when one of their own ends):
+# room freed by other calls (the gateway's interactive ones) is not told to the runner.
+SPARE_POLL = 0.02
+WRITE_EVERY = 0.1  # answers and released lines wait at most this long for their write
+PREFETCH = 16  # lines claimed at once for a route with room for fewer (see Runner._queued)
 _WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
 _MAX_WAIT = 30.0  # a Retry-After longer than this is waited in steps (cancel stays quick)
 
@@ -79,32 +100,70 @@ class Runner:
     _ended: asyncio.Event = field(default_factory=asyncio.Event)  # a line ended since the look
     failing: dict[str, int] = field(default_factory=dict)  # batch id: ticks it failed in a row
     tick_failures: int = 0  # ticks in a row that could not read the batches
+    # What the last tick found: the batches lines may start for (in progress, window open),
+    # and the models of each (fixed once validated; read once per batch).
+    _open: list[ActiveBatch] = field(default_factory=list)
+    _models: dict[str, list[str]] = field(default_factory=dict)
+    _drained: set[tuple[str, str]] = field(default_factory=set)  # (batch, model): none to claim
+    _starved: bool = False  # the last look left lines waiting for a spare slot
+    # Lines claimed ahead, with their bodies, waiting for a spare slot (leased like running
+    # ones): a deployment that frees one slot at a time costs no claim per line.
+    _queued: dict[tuple[str, str], deque[tuple[ClaimedLine, bytes]]] = field(
+        default_factory=lambda: defaultdict(deque)
+    )
+    # Lines ended but not written yet: answers, and lines given back unrun.
+    _answers: list[tuple[str, LineAnswer]] = field(default_factory=list)
+    _released: list[tuple[str, int]] = field(default_factory=list)
+    _unwritten: asyncio.Event = field(default_factory=asyncio.Event)
+    _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Frequent database work: on the runner's own connection while it runs (run()); a tick
+    # called alone (tests) gives its connections back after each call.
+    _db: Callable[..., Awaitable[Any]] = db_read
 
     async def run(self, stop: asyncio.Event) -> None:
+        own = RunnerDb()
+        self._db = own
         renewer = asyncio.create_task(self._renew_leases(stop))
+        writer = asyncio.create_task(self._write_ended(stop))
+        next_tick = 0.0
         try:
             while not stop.is_set():
                 looked = time.monotonic()
                 self._ended.clear()
-                try:
-                    await self.tick()
-                except Exception:  # the batches could not be read: the database, say
-                    self.tick_failures += 1
-                    if self.tick_failures == 1:
-                        log.exception("batch runner tick failed; trying again every tick")
+                self._starved = False
+                if looked >= next_tick:
+                    next_tick = looked + TICK
+                    await self._tick_guarded()
                 else:
-                    if self.tick_failures:
-                        log.info("batch runner ticks again after %d failed", self.tick_failures)
-                    self.tick_failures = 0
-                await self._pause(stop, looked)
+                    await self._fill()
+                await self._pause(stop, looked, next_tick)
         finally:
             renewer.cancel()
-            await self._abandon(lambda r: True)
+            writer.cancel()
+            await self._abandon(lambda b: True)
+            with contextlib.suppress(Exception):
+                await self.write_ended()
+            self._db = db_read
+            await own.close()
+
+    async def _tick_guarded(self) -> None:
+        try:
+            await self.tick()
+        except Exception:  # the batches could not be read: the database, say
+            self.tick_failures += 1
+            if self.tick_failures == 1:
+                log.exception("batch runner tick failed; trying again every tick")
+        else:
+            if self.tick_failures:
+                log.info("batch runner ticks again after %d failed", self.tick_failures)
+            self.tick_failures = 0
 
     async def tick(self) -> None:
-        batches = await db_read(selectors.active_batches)
+        batches = await self._db(selectors.active_batches)
         known = {b.id for b in batches}
-        await self._abandon(lambda r: r.batch_id not in known)  # finished or deleted
+        await self._abandon(lambda b: b not in known)  # finished or deleted
+        self._open = []
+        self._drained.clear()  # lapsed leases and released lines: claimable again
         now = timezone.now()
         for batch in batches:
             # Each batch alone: one that trips the runner waits for the next tick and is
@@ -117,26 +176,42 @@ class Runner:
                 self._recovered(batch.id)
         for gone in set(self.failing) - known:
             del self.failing[gone]
+        for gone in set(self._models) - known:
+            del self._models[gone]
+        for key in [k for k, q in self._queued.items() if not q]:
+            del self._queued[key]
 
     async def _step(self, batch: ActiveBatch, now: datetime) -> None:
         if batch.status == Status.VALIDATING:
             await db_write(services.batch_validate, batch_id=batch.id, runner=self.name)
         elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
-            await self._abandon(lambda r, b=batch.id: r.batch_id == b)
+            await self._abandon(lambda b, this=batch.id: b == this)
             await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
         else:
             if window_open(parse_windows(batch.windows), batch.time_zone, now):
-                started = await self._start_lines(batch)
+                self._open.append(batch)
+                started = await self._start_lines(batch, lapsed=True)
             else:
                 # Closed: start nothing; lines in flight finish, lines waiting go back.
-                await self._abandon(lambda r, b=batch.id: r.batch_id == b and r.waiting)
+                await self._abandon(lambda b, this=batch.id: b == this, waiting_only=True)
                 started = 0
             if (
                 not started
                 and not self._mine(batch.id)
-                and not await db_read(selectors.batch_unfinished, batch.id)
+                and not await self._db(selectors.batch_unfinished, batch.id)
             ):
                 await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
+
+    async def _fill(self) -> None:
+        """Between ticks: start lines in the room freed, for the batches of the last tick."""
+        for batch in list(self._open):
+            if len(self.lines) >= self.max_in_flight:
+                return
+            try:
+                await self._start_lines(batch, lapsed=False)
+            except Exception:
+                # Left to the next tick, which tries it again and logs it (once).
+                self._open.remove(batch)
 
     def _failed(self, batch_id: str) -> None:
         """Log a batch's failure once (with its traceback), not on every tick it repeats."""
@@ -150,12 +225,15 @@ class Runner:
         if times:
             log.info("batch %s: handled again after %d failed ticks", batch_id, times)
 
-    async def _pause(self, stop: asyncio.Event, looked: float) -> None:
-        """Until the next look: a tick, or a line ending (its slot may be spare now; a
+    async def _pause(self, stop: asyncio.Event, looked: float, next_tick: float) -> None:
+        """Until the next look: the tick, or a line ending (its slot may be spare now; a
         whole tick of it left idle costs the batch throughput), whichever comes first."""
-        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self._ended)]
+        until = min(next_tick, looked + SPARE_POLL) if self._starved else next_tick
+        timeout = max(0.0, until - time.monotonic())
+        wakes = (stop, self._ended) if self._open else (stop,)  # nothing to fill: the tick
+        waits = [asyncio.ensure_future(e.wait()) for e in wakes]
         try:
-            await asyncio.wait(waits, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for wait in waits:
                 wait.cancel()
@@ -163,33 +241,76 @@ class Runner:
             await asyncio.sleep(max(0.0, looked + REFILL - time.monotonic()))
 
     def _mine(self, batch_id: str) -> int:
-        return sum(1 for r in self.lines.values() if r.batch_id == batch_id)
+        queued = sum(len(q) for (b, _), q in self._queued.items() if b == batch_id)
+        return queued + sum(1 for r in self.lines.values() if r.batch_id == batch_id)
 
-    async def _start_lines(self, batch: ActiveBatch) -> int:
-        """Claim and start lines while the batch's routes have spare slots; how many."""
+    def _held(self) -> list[int]:
+        """The lines this runner holds a lease on: running and queued."""
+        return [*self.lines, *(line.id for q in self._queued.values() for line, _ in q)]
+
+    async def _start_lines(self, batch: ActiveBatch, *, lapsed: bool) -> int:
+        """Claim and start lines while the batch's routes have spare slots; how many.
+        `lapsed`: also lines whose runner's lease ran out (at a tick, not at every fill)."""
+        if batch.id not in self._models:
+            self._models[batch.id] = await self._db(selectors.batch_models, batch.id)
         routes = await catalog.routes()
         started = 0
-        for model in await db_read(selectors.unfinished_models, batch.id):
+        for model in self._models[batch.id]:
             room = self.max_in_flight - len(self.lines)
             if room <= 0:
                 break
+            key = (batch.id, model)
+            queue = self._queued[key]
+            if not queue and key in self._drained:
+                continue
             route = routes.get(model)
-            spare = await route_spare(route) if route is not None else 1
-            claimed = await db_write(
-                services.lines_claim,
+            spare = min(room, await route_spare(route) if route is not None else 1)
+            if spare <= 0:
+                self._starved = True
+                continue
+            if len(queue) < spare and key not in self._drained:
+                # Claim ahead (up to PREFETCH), within the lines a runner may hold at once.
+                held = len(self.lines) + sum(len(q) for q in self._queued.values())
+                want = min(max(spare, PREFETCH) - len(queue), self.max_in_flight - held)
+                if want > 0:
+                    claimed = await self._claim(batch, model, want, lapsed=lapsed)
+                    queue.extend(claimed)
+                    if len(claimed) < want:  # none left to claim: not asked until the tick
+                        self._drained.add(key)
+            for _ in range(min(spare, len(queue))):
+                line, raw = queue.popleft()
+                task = asyncio.create_task(self._run_line(batch, line, raw))
+                self.lines[line.id] = _Running(task, batch.id, model)
+                started += 1
+            if queue or key not in self._drained:
+                self._starved = True  # more to start once a slot is spare
+        return started
+
+    async def _claim(
+        self, batch: ActiveBatch, model: str, limit: int, *, lapsed: bool
+    ) -> list[tuple[ClaimedLine, bytes]]:
+        # The lines that ended since the last write are written in the same transaction.
+        answers, released = self._take_ended()
+        try:
+            claimed, lost = await self._db(
+                services.lines_claim_read,
                 batch_id=batch.id,
+                storage_name=batch.storage_name,
                 model=model,
                 runner=self.name,
-                limit=min(room, spare),
+                limit=limit,
+                lapsed=lapsed,
+                answers=[a for _, a in answers],
+                released=[i for _, i in released],
             )
-            if not claimed:
-                continue
-            bodies = await db_read(services.line_bodies, batch.id, claimed)
-            for line in claimed:
-                task = asyncio.create_task(self._run_line(batch, line, bodies[line.id]))
-                self.lines[line.id] = _Running(task, batch.id, model)
-            started += len(claimed)
-        return started
+        except services.InputUnreadable as exc:  # the answers were written
+            _warn_lost(answers, exc.lost)
+            raise
+        except BaseException:
+            self._put_back(answers, released)
+            raise
+        _warn_lost(answers, lost)
+        return claimed
 
     async def _run_line(
         self,
@@ -206,28 +327,77 @@ class Runner:
                 answer = await self._call(batch, line, body)
             if answer is None:  # preempted: the line goes back to pending
                 self.preempted += 1
-                await db_write(services.line_release, line_id=line.id, runner=self.name)
+                self._release(line)
                 return
             request_id, status, content = answer
             result = _output_line(batch.id, line, request_id, status, content)
-            done = await db_write(
-                services.line_finish,
-                line_id=line.id,
-                runner=self.name,
-                result=result,
-                failed=status != 200,
-            )
-            if not done:
-                log.warning("%s line %s: taken by another runner", batch.id, line.number)
+            text = json.dumps(result, separators=(",", ":"))
+            self._answers.append((batch.id, LineAnswer(line.id, text, status != 200)))
+            self._unwritten.set()
         except asyncio.CancelledError:
-            await db_write(services.line_release, line_id=line.id, runner=self.name)
+            self._release(line)
             raise
         except Exception:
             log.exception("%s line %s failed in the runner", batch.id, line.number)
-            await db_write(services.line_release, line_id=line.id, runner=self.name)
+            self._release(line)
         finally:
             self.lines.pop(line.id, None)
             self._ended.set()
+
+    def _release(self, line: services.ClaimedLine) -> None:
+        self._released.append((line.batch_id, line.id))
+        self._drained.discard((line.batch_id, line.model))  # claimable again, first
+        self._unwritten.set()
+
+    async def _write_ended(self, stop: asyncio.Event) -> None:
+        """Write the lines that ended, many at a time."""
+        failures = 0
+        while not stop.is_set():
+            await self._unwritten.wait()
+            await asyncio.sleep(WRITE_EVERY)  # let more lines end into the same write
+            try:
+                await self.write_ended()
+            except Exception:
+                failures += 1
+                if failures == 1:
+                    log.exception("writing batch lines failed; retrying")
+                await asyncio.sleep(min(1.0, WRITE_EVERY * failures))
+            else:
+                if failures:
+                    log.info("batch lines written again after %d failed writes", failures)
+                failures = 0
+
+    async def write_ended(self) -> None:
+        """Write the answers and releases waiting; a failed write keeps them for the next."""
+        async with self._writing:
+            answers, released = self._take_ended()
+            if not answers and not released:
+                return
+            try:
+                lost = await self._db(
+                    services.lines_finish,
+                    runner=self.name,
+                    answers=[a for _, a in answers],
+                    released=[i for _, i in released],
+                )
+            except BaseException:
+                self._put_back(answers, released)
+                raise
+        _warn_lost(answers, lost)
+
+    def _take_ended(self) -> tuple[list[tuple[str, LineAnswer]], list[tuple[str, int]]]:
+        answers, released = self._answers, self._released
+        self._answers, self._released = [], []
+        self._unwritten.clear()
+        return answers, released
+
+    def _put_back(
+        self, answers: list[tuple[str, LineAnswer]], released: list[tuple[str, int]]
+    ) -> None:
+        self._answers[:0] = answers
+        self._released[:0] = released
+        if answers or released:
+            self._unwritten.set()
 
     async def _call(
         self,
@@ -262,24 +432,42 @@ class Runner:
             await asyncio.sleep(wait)
             self.lines[line.id].waiting = False
 
-    async def _abandon(self, which: Any) -> None:
-        """Cancel the matching lines (each gives its line back) and wait for them."""
-        tasks = [r.task for r in self.lines.values() if which(r)]
+    async def _abandon(self, batch: Callable[[str], bool], *, waiting_only: bool = False) -> None:
+        """Give back the lines of the matching batches: the queued ones, and the running
+        ones cancelled (only those waiting for a limit, with `waiting_only`; each gives its
+        line back) and waited for. Written before this returns: a finalization next must
+        see them."""
+        for (batch_id, _), queue in self._queued.items():
+            if batch(batch_id):
+                self._released += [(batch_id, line.id) for line, _ in queue]
+                queue.clear()
+        tasks = [
+            r.task
+            for r in self.lines.values()
+            if batch(r.batch_id) and (r.waiting or not waiting_only)
+        ]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.write_ended()
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
         every = settings.SLUICE_BATCH_LEASE_SECONDS / 3
         while not stop.is_set():
             await asyncio.sleep(every)
-            if self.lines:
+            if held := self._held():
                 try:
-                    await db_write(services.lines_renew, ids=list(self.lines), runner=self.name)
+                    await self._db(services.lines_renew, ids=held, runner=self.name)
                 except Exception:
                     log.exception("renewing line leases failed; retrying")
+
+
+def _warn_lost(answers: list[tuple[str, LineAnswer]], lost: list[int]) -> None:
+    batch_of = {a.line_id: b for b, a in answers}
+    for line_id in lost:
+        log.warning("%s line id %s: taken by another runner", batch_of.get(line_id), line_id)
 
 
 def _inbound(body: bytes) -> Inbound:

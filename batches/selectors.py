@@ -90,30 +90,52 @@ class ActiveBatch:
     expires_at: datetime
     windows: str  # the application's, else its team's
     time_zone: str
+    storage_name: str  # of its input file ("" when the file is gone)
 
 
 def active_batches() -> list[ActiveBatch]:
-    batches = list(
+    """Read every tick by every runner: one query of plain values."""
+    rows = (
         Batch.objects.filter(status__in=ACTIVE)
-        .select_related("application__team")
         .order_by("created_at", "id")
-    )
-    result = []
-    for b in batches:
-        app: Application = b.application
-        result.append(
-            ActiveBatch(
-                id=b.id,
-                status=b.status,
-                endpoint=b.endpoint,
-                application_id=b.application_id,
-                key_prefix=b.key_prefix,
-                expires_at=b.expires_at,
-                windows=effective_windows(app.batch_windows, app.team.batch_windows),
-                time_zone=app.team.time_zone,
-            )
+        .values_list(
+            "id",
+            "status",
+            "endpoint",
+            "application_id",
+            "key_prefix",
+            "expires_at",
+            "application__batch_windows",
+            "application__team__batch_windows",
+            "application__team__time_zone",
+            "input_file__storage_name",
         )
-    return result
+    )
+    return [
+        ActiveBatch(
+            id=batch_id,
+            status=status,
+            endpoint=endpoint,
+            application_id=application_id,
+            key_prefix=key_prefix,
+            expires_at=expires_at,
+            windows=effective_windows(app_windows, team_windows),
+            time_zone=time_zone,
+            storage_name=storage or "",
+        )
+        for (
+            batch_id,
+            status,
+            endpoint,
+            application_id,
+            key_prefix,
+            expires_at,
+            app_windows,
+            team_windows,
+            time_zone,
+            storage,
+        ) in rows
+    ]
 
 
 def batch_progress() -> list[dict[str, object]]:
@@ -154,13 +176,10 @@ def batch_unfinished(batch_id: str) -> bool:
     return BatchLine.objects.filter(batch_id=batch_id).exclude(state=BatchLine.State.DONE).exists()
 
 
-def unfinished_models(batch_id: str) -> list[str]:
-    """The models of the batch's pending lines (and lines whose runner's lease ran out)."""
-    return list(
-        BatchLine.objects.filter(batch_id=batch_id)
-        .exclude(state=BatchLine.State.DONE)
-        .values_list("model", flat=True)
-        .distinct()
+def batch_models(batch_id: str) -> list[str]:
+    """The models the batch's lines call (fixed once the batch is validated)."""
+    return sorted(
+        set(BatchLine.objects.filter(batch_id=batch_id).values_list("model", flat=True).distinct())
     )
 
 

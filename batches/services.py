@@ -10,14 +10,14 @@ whose lease ran out (killed, or stalled) cannot write over the runner that took 
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.files.base import ContentFile, File
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
@@ -346,40 +346,47 @@ class ClaimedLine:
     length: int
 
 
+_CLAIM_FIELDS = ("id", "number", "custom_id", "offset", "length")
+
+
 def lines_claim(
-    *, batch_id: str, model: str, runner: str, limit: int, now: datetime | None = None
+    *,
+    batch_id: str,
+    model: str,
+    runner: str,
+    limit: int,
+    now: datetime | None = None,
+    lapsed: bool = True,
 ) -> list[ClaimedLine]:
-    """Up to `limit` lines of the batch for `model` that nobody runs: pending ones, and
-    those whose runner's lease ran out (it died); held by `runner` for a lease."""
+    """Up to `limit` lines of the batch for `model` that nobody runs, lowest numbers first:
+    pending ones and (`lapsed`) those whose runner's lease ran out (it died); held by
+    `runner` for a lease. A read or two (each a range of the batch_line_claim index, so a
+    batch's finished lines cost nothing) and one update, whatever `limit` is."""
     if limit <= 0:
         return []
     now = now or timezone.now()
-    claimable = Q(state=BatchLine.State.PENDING) | Q(
-        state=BatchLine.State.RUNNING, lease_until__lt=now
-    )
     until = now + timedelta(seconds=settings.SLUICE_BATCH_LEASE_SECONDS)
+    lines = BatchLine.objects.select_for_update(skip_locked=True).filter(
+        batch_id=batch_id, model=model
+    )
     with transaction.atomic():
-        ids = list(
-            BatchLine.objects.select_for_update(skip_locked=True)
-            .filter(claimable, batch_id=batch_id, model=model)
-            .order_by("number")
-            .values_list("id", flat=True)[:limit]
-        )
-        if not ids:
+        # Rows read here stay locked (PostgreSQL) or the database's write lock is held
+        # (SQLite) until the update below: nobody else can claim them in between.
+        pending = lines.filter(state=BatchLine.State.PENDING)
+        rows = list(pending.order_by("number").values_list(*_CLAIM_FIELDS)[:limit])
+        if lapsed:
+            gone = lines.filter(state=BatchLine.State.RUNNING, lease_until__lt=now)
+            rows += gone.order_by("number").values_list(*_CLAIM_FIELDS)[:limit]
+            rows = sorted(rows, key=lambda r: r[1])[:limit]
+        if not rows:
             return []
-        BatchLine.objects.filter(claimable, id__in=ids).update(
+        BatchLine.objects.filter(id__in=[r[0] for r in rows]).update(
             state=BatchLine.State.RUNNING,
             claimed_by=runner,
             lease_until=until,
             claims=F("claims") + 1,
         )
-        rows = BatchLine.objects.filter(
-            id__in=ids, state=BatchLine.State.RUNNING, claimed_by=runner, lease_until=until
-        ).order_by("number")
-        return [
-            ClaimedLine(r.id, r.batch_id, r.number, r.custom_id, r.model, r.offset, r.length)
-            for r in rows
-        ]
+    return [ClaimedLine(i, batch_id, n, c, model, o, length) for i, n, c, o, length in rows]
 
 
 def lines_renew(*, ids: list[int], runner: str) -> int:
@@ -389,37 +396,131 @@ def lines_renew(*, ids: list[int], runner: str) -> int:
     ).update(lease_until=until)
 
 
-def line_finish(*, line_id: int, runner: str, result: dict[str, Any], failed: bool) -> bool:
-    """Record a line's answer; False when the line is no longer this runner's (its lease
-    ran out and another runner took it: that one's answer counts)."""
-    return bool(
-        BatchLine.objects.filter(
-            id=line_id, state=BatchLine.State.RUNNING, claimed_by=runner
-        ).update(
-            state=BatchLine.State.DONE,
-            result=json.dumps(result, separators=(",", ":")),
-            failed=failed,
-            lease_until=None,
-        )
+@dataclass(frozen=True)
+class LineAnswer:
+    line_id: int
+    result: str  # the output line, JSON
+    failed: bool
+
+
+_WRITE_CHUNK = 500  # lines per UPDATE: well inside every database's limit of parameters
+
+
+def _finish_sql() -> str:
+    """One line's answer, fenced by the claim; run for many lines at once (executemany:
+    one C loop on SQLite, one pipeline on PostgreSQL, no expression built per line)."""
+    quote = connection.ops.quote_name
+    table, c = (
+        quote(BatchLine._meta.db_table),
+        {
+            f: quote(BatchLine._meta.get_field(f).column)
+            for f in ("id", "state", "result", "failed", "lease_until", "claimed_by")
+        },
     )
+    return (
+        f"UPDATE {table} SET {c['state']} = %s, {c['result']} = %s, {c['failed']} = %s, "
+        f"{c['lease_until']} = NULL WHERE {c['id']} = %s AND {c['state']} = %s "
+        f"AND {c['claimed_by']} = %s"
+    )
+
+
+def lines_finish(*, runner: str, answers: list[LineAnswer], released: list[int]) -> list[int]:
+    """Record answers and give lines back unrun, in one transaction, each fenced by the
+    claim; the ids of the answers that did not count, their lines no longer this runner's
+    (its lease ran out and another runner took them: that one's counts)."""
+    ids = [a.line_id for a in answers] + released
+    if not ids:
+        return []
+    State = BatchLine.State
+    written = 0
+    with transaction.atomic():
+        if answers:
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    _finish_sql(),
+                    [
+                        (State.DONE, a.result, a.failed, a.line_id, State.RUNNING, runner)
+                        for a in answers
+                    ],
+                )
+                written += cursor.rowcount
+        for start in range(0, len(released), _WRITE_CHUNK):
+            written += BatchLine.objects.filter(
+                id__in=released[start : start + _WRITE_CHUNK],
+                state=State.RUNNING,
+                claimed_by=runner,
+            ).update(state=State.PENDING, claimed_by="", lease_until=None)
+        if written == len(ids):
+            return []
+        # Some were taken by another runner (rare): which answers did not count.
+        kept: set[int] = set()
+        for start in range(0, len(answers), _WRITE_CHUNK):
+            chunk = [a.line_id for a in answers[start : start + _WRITE_CHUNK]]
+            kept.update(
+                BatchLine.objects.filter(
+                    id__in=chunk, state=State.DONE, claimed_by=runner
+                ).values_list("id", flat=True)
+            )
+        return [a.line_id for a in answers if a.line_id not in kept]
+
+
+def line_finish(*, line_id: int, runner: str, result: dict[str, Any], failed: bool) -> bool:
+    """Record one line's answer; False when the line is no longer this runner's."""
+    answer = LineAnswer(line_id, json.dumps(result, separators=(",", ":")), failed)
+    return not lines_finish(runner=runner, answers=[answer], released=[])
 
 
 def line_release(*, line_id: int, runner: str) -> None:
     """Give a line back unrun (window closed, batch cancelled or expired, runner stopping)."""
-    BatchLine.objects.filter(id=line_id, state=BatchLine.State.RUNNING, claimed_by=runner).update(
-        state=BatchLine.State.PENDING, claimed_by="", lease_until=None
-    )
+    lines_finish(runner=runner, answers=[], released=[line_id])
 
 
-def line_bodies(batch_id: str, lines: list[ClaimedLine]) -> dict[int, bytes]:
+def line_bodies(storage_name: str, lines: list[ClaimedLine]) -> dict[int, bytes]:
     """The claimed lines' raw JSON, read from the input file in storage."""
-    batch = Batch.objects.select_related("input_file").get(pk=batch_id)
     bodies = {}
-    with file_open(batch.input_file) as handle:
+    with batch_storage().open(storage_name, "rb") as handle:
         for line in sorted(lines, key=lambda x: x.offset):
             handle.seek(line.offset)
             bodies[line.id] = handle.read(line.length)
     return bodies
+
+
+class InputUnreadable(OSError):
+    """The batch's input file could not be read; the lines claimed went back, and the
+    answers given were written (`lost`: the ids of those that did not count)."""
+
+    def __init__(self, lost: list[int]) -> None:
+        super().__init__("the batch's input file could not be read")
+        self.lost = lost
+
+
+def lines_claim_read(
+    *,
+    batch_id: str,
+    storage_name: str,
+    model: str,
+    runner: str,
+    limit: int,
+    lapsed: bool = True,
+    answers: Sequence[LineAnswer] = (),
+    released: Sequence[int] = (),
+) -> tuple[list[tuple[ClaimedLine, bytes]], list[int]]:
+    """Write the runner's ended lines (`lines_finish`) and claim more (`lines_claim`) in
+    one transaction, then read the claimed lines' raw JSON: one trip to a worker thread.
+    The lines claimed with their bodies, and the ids of the answers that did not count."""
+    with transaction.atomic():
+        lost = lines_finish(runner=runner, answers=list(answers), released=list(released))
+        claimed = lines_claim(
+            batch_id=batch_id, model=model, runner=runner, limit=limit, lapsed=lapsed
+        )
+    if not claimed:
+        return [], lost
+    try:
+        bodies = line_bodies(storage_name, claimed)
+    except OSError:
+        lines_finish(runner=runner, answers=[], released=[line.id for line in claimed])
+        raise InputUnreadable(lost) from None
+    return [(line, bodies[line.id]) for line in claimed], lost
 
 
 _UNFINISHED = {

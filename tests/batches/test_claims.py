@@ -13,7 +13,14 @@ from django.utils import timezone
 
 from accounts.models import Application, Team
 from batches.models import Batch, BatchFile, BatchLine
-from batches.services import batch_finalize, line_finish, line_release, lines_claim
+from batches.services import (
+    LineAnswer,
+    batch_finalize,
+    line_finish,
+    line_release,
+    lines_claim,
+    lines_finish,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -135,3 +142,28 @@ def test_batch_status_lists_progress_and_window() -> None:
     call_command("batch_status", stdout=out)
     row = next(line for line in out.getvalue().splitlines() if line.startswith(batch.id))
     assert row.split()[2:] == ["in_progress", "1/3", "0", "1", "00:00-06:00"]
+
+
+def test_answers_written_together_are_each_fenced_by_their_own_claim() -> None:
+    """A runner writes many answers (and gives lines back) in one call: each line is
+    written only if it is still that runner's; the others are named, not overwritten."""
+    batch = _batch(5)
+    past = timezone.now() - timedelta(minutes=5)
+    stalled = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=2, now=past)
+    taken = lines_claim(batch_id=batch.id, model="fast", runner="b", limit=2)  # lapsed: 1, 2
+    assert [line.number for line in taken] == [1, 2]
+    fresh = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=3, lapsed=False)
+    assert [line.number for line in fresh] == [3, 4, 5]
+    answers = [
+        LineAnswer(line.id, json.dumps({"by": "a", "n": line.number}), line.number == 4)
+        for line in stalled + fresh[:2]
+    ]
+    lost = lines_finish(runner="a", answers=answers, released=[fresh[2].id])
+    assert sorted(lost) == sorted(line.id for line in stalled)
+    rows = {r.number: r for r in BatchLine.objects.filter(batch=batch)}
+    assert [rows[n].state for n in range(1, 6)] == ["running"] * 2 + ["done"] * 2 + ["pending"]
+    assert json.loads(rows[3].result) == {"by": "a", "n": 3} and rows[4].failed
+    assert rows[1].claimed_by == "b" and rows[1].result == ""  # b's, untouched
+    assert rows[5].claimed_by == "" and rows[5].lease_until is None
+    answers = [LineAnswer(line.id, "{}", False) for line in taken]
+    assert lines_finish(runner="b", answers=answers, released=[]) == []
