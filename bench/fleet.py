@@ -245,8 +245,14 @@ class Fleet:
         return f"postgres://postgres@127.0.0.1:{self.ports['postgres']}/{database or self.database}"
 
     def pg_ctl(self, *args: str) -> None:
-        data = str(self.tmp / "pg")
-        sh("runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "-D", data, "-w", *args)
+        """pg_ctl as postgres; the server it starts logs to its own file (never to a pipe of
+        ours, which it would hold open)."""
+        data = self.tmp / "pg"
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "-D", str(data), "-w",
+             "-l", str(data / "server.log"), *args],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+        )  # fmt: skip
 
     def start_database(self) -> None:
         """A PostgreSQL cluster of the harness's own (so it can be restarted), and PgBouncer
@@ -260,7 +266,7 @@ class Fleet:
         self.ports["postgres"] = free_port()
         options = f"-p {self.ports['postgres']} -c listen_addresses=127.0.0.1 -k {data} "
         options += "-c fsync=off -c max_connections=200"
-        self.pg_ctl("-l", str(data / "server.log"), "-o", options, "start")
+        self.pg_ctl("-o", options, "start")
         self.database = "sluice_fleet"
         with psycopg.connect(self.pg("postgres"), autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{self.database}"')
@@ -353,15 +359,17 @@ class Fleet:
         )  # fmt: skip
 
     def host_ready(self, index: int) -> bool:
+        """Ready and not degraded: every check ok (a fault's aftermath is over)."""
         url = f"http://{self.net.host_address(index)}:8000/healthz/ready"
-        return httpx.get(url, timeout=1).status_code == 200
+        answer = httpx.get(url, timeout=1)
+        return answer.status_code == 200 and answer.json().get("status") == "ok"
 
     def close(self) -> None:
         for name in list(self.procs):
             self.stop(name)
         self.net.down()
         if "postgres" in self.ports:
-            with suppress(subprocess.CalledProcessError):
+            with suppress(subprocess.SubprocessError):
                 self.pg_ctl("-m", "immediate", "stop")
 
 
