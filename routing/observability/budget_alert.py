@@ -11,22 +11,18 @@ alerting. As for the capacity alert, every worker runs the loop, an evaluation f
 short Redis lock, and the alerting levels live beside it, so four workers send one message.
 """
 
-import asyncio
 import logging
-import urllib.error
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.db.models import Q
 
 from quotas.forecast import Forecast
 from quotas.models import Limit
 from quotas.selectors import budget_forecasts, limit_target_name
-from routing.observability.capacity_alert import post_webhook
+from routing.observability.alert_delivery import alert_loop, deliver, post_webhook
 
 log = logging.getLogger("sluice.alert")
 
@@ -246,29 +242,9 @@ def budget_alert_check(
         text = change.text()
         (log.warning if change.kind == "alert" else log.info)("%s", text)
         store.set_level(change.watched.key, change.watched.period, change.level)
-        if url:
-            try:
-                send(url, text)
-            except (OSError, urllib.error.URLError) as exc:
-                # Not retried: the log keeps it; the next crossing sends again.
-                log.error("budget alert webhook failed: %s", exc)
+        deliver(url, text, send, "budget")
     return changes
 
 
-def _check_in_thread() -> None:
-    close_old_connections()
-    try:
-        budget_alert_check()
-    finally:
-        close_old_connections()
-
-
 async def budget_alert_loop() -> None:
-    """Run by every worker from startup; each evaluation is taken by one of them."""
-    every = settings.SLUICE_BUDGET_ALERT_EVERY_SECONDS
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await sync_to_async(_check_in_thread, thread_sensitive=False)()
-        except Exception:
-            log.exception("budget alert check failed; trying again in %s s", every)
+    await alert_loop(budget_alert_check, settings.SLUICE_BUDGET_ALERT_EVERY_SECONDS, "budget")

@@ -11,21 +11,16 @@ beside it, so four workers send one message, not four. The console's banner read
 measure through routing.catalog.selectors.capacity_alerts.
 """
 
-import asyncio
-import json
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 
 from routing.catalog.selectors import CapacityShare, capacity_error_share
+from routing.observability.alert_delivery import alert_loop, deliver, post_webhook
 
 log = logging.getLogger("sluice.alert")
 
@@ -133,16 +128,6 @@ def transitions(
     return changes
 
 
-def post_webhook(url: str, text: str, *, timeout: float = 5.0) -> None:
-    """POST {"text": ...} as JSON (Slack's incoming webhooks, and most chat tools, take it)."""
-    body = json.dumps({"text": text}).encode()
-    request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        response.read()
-
-
 def capacity_alert_check(
     *,
     now: datetime | None = None,
@@ -171,29 +156,9 @@ def capacity_alert_check(
         else:
             log.info("%s", text)
         store.mark(change.deployment, alerting=change.kind == "alert")
-        if url:
-            try:
-                send(url, text)
-            except (OSError, urllib.error.URLError) as exc:
-                # Not retried: the next crossing sends again; the log keeps this one.
-                log.error("capacity alert webhook failed: %s", exc)
+        deliver(url, text, send, "capacity")
     return changes
 
 
-def _check_in_thread() -> None:
-    close_old_connections()
-    try:
-        capacity_alert_check()
-    finally:
-        close_old_connections()
-
-
 async def capacity_alert_loop() -> None:
-    """Run by every worker from startup; each evaluation is taken by one of them."""
-    every = settings.SLUICE_CAPACITY_ALERT_EVERY_SECONDS
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await sync_to_async(_check_in_thread, thread_sensitive=False)()
-        except Exception:
-            log.exception("capacity alert check failed; trying again in %s s", every)
+    await alert_loop(capacity_alert_check, settings.SLUICE_CAPACITY_ALERT_EVERY_SECONDS, "capacity")

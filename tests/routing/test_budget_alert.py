@@ -2,16 +2,13 @@
 the rollups posting to a local webhook receiver (one alert on crossing, one clear, no
 repeat), with the in-process store and with the Redis one several workers share."""
 
-import json
 import os
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import date, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
@@ -25,6 +22,7 @@ from routing.observability.budget_alert import (
     budget_alert_check,
     budget_transitions,
 )
+from tests.support.webhook import Webhook, start_webhook
 
 RULES = {"thresholds": (0.8, 1.0), "margin": 0.05}
 JUNE = date(2026, 6, 1)
@@ -88,31 +86,9 @@ def test_the_text_names_the_budget_the_projection_and_the_day_it_runs_out():
     assert back.kind == "cleared" and "back under the 100% line" in back.text()
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    messages: list[dict] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).messages.append(
-            {"content_type": self.headers["Content-Type"], "body": json.loads(body)}
-        )
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def receiver() -> Iterator[str]:
-    _Receiver.messages = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[Webhook]:
+    yield from start_webhook()
 
 
 def _member_spending(tag: str) -> Limit:
@@ -137,9 +113,11 @@ def _member_spending(tag: str) -> Limit:
     return Limit.objects.create(scope=Scope.MEMBER, member=key.member, cost_per_month=200)
 
 
-def _alert_cycle(limit: Limit, stores: list, receiver: str, settings, *, pause: float = 0) -> None:
+def _alert_cycle(
+    limit: Limit, stores: list, receiver: Webhook, settings, *, pause: float = 0
+) -> None:
     """Four evaluations, taken in turn by each store's worker."""
-    settings.SLUICE_BUDGET_ALERT_WEBHOOK_URL = receiver
+    settings.SLUICE_BUDGET_ALERT_WEBHOOK_URL = receiver.url
     turn = iter(stores * 4)
 
     def check() -> list[tuple[str, float]]:
@@ -152,11 +130,11 @@ def _alert_cycle(limit: Limit, stores: list, receiver: str, settings, *, pause: 
     limit.save()
     assert check() == [("cleared", 1.0)]
     assert check() == []
-    messages = _Receiver.messages
+    messages = receiver.messages
     assert len(messages) == 2, messages
     assert all(m["content_type"] == "application/json" for m in messages)
-    assert all(set(m["body"]) == {"text"} for m in messages)  # Slack's and Teams' shape
-    alert, clear = (m["body"]["text"] for m in messages)
+    assert all(set(m["json"]) == {"text"} for m in messages)  # Slack's and Teams' shape
+    alert, clear = (m["json"]["text"] for m in messages)
     assert ":warning:" in alert and f"member `{limit.member.user.email}`" in alert
     assert "of its $200.00 budget" in alert and "past the 100% line" in alert
     assert ":white_check_mark:" in clear and "of its $1,000.00 budget" in clear
@@ -202,7 +180,7 @@ def test_the_gateways_lifespan_runs_the_alert_once_across_workers(
         "DATABASE_URL": e2e_database,
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_REDIS_PREFIX": f"test-{tag}",
-        "SLUICE_BUDGET_ALERT_WEBHOOK_URL": receiver,
+        "SLUICE_BUDGET_ALERT_WEBHOOK_URL": receiver.url,
         "SLUICE_BUDGET_ALERT_EVERY_SECONDS": "0.3",
     }
     args = ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
@@ -214,7 +192,7 @@ def test_the_gateways_lifespan_runs_the_alert_once_across_workers(
     )
 
     def mine(word: str) -> list[str]:
-        texts = [m["body"]["text"] for m in _Receiver.messages]
+        texts = [m["json"]["text"] for m in receiver.messages]
         return [t for t in texts if f"`{email}`" in t and word in t]
 
     try:

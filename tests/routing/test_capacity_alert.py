@@ -2,15 +2,12 @@
 makes a deployment answer "at capacity", a real gateway (two workers on Redis) posts one
 message to a local webhook receiver, and one more when it recovers."""
 
-import json
 import os
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -18,6 +15,7 @@ import pytest
 from routing.catalog.selectors import CapacityShare
 from routing.observability.capacity_alert import LocalAlertStore, capacity_alert_check, transitions
 from tests.support import free_port, start_process, start_simulator, stop_process, wait_until
+from tests.support.webhook import Webhook, start_webhook
 
 RULES = {"threshold": 0.2, "minimum": 10, "recover_ratio": 0.5}
 
@@ -72,31 +70,9 @@ def test_check_marks_the_store_and_sends_through_the_given_sender(settings):
     assert capacity_alert_check(store=store, send=lambda url, text: sent.append((url, text))) == []
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    messages: list[dict] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).messages.append(
-            {"content_type": self.headers["Content-Type"], "json": json.loads(body)}
-        )
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def webhook() -> Iterator[list[dict]]:
-    _Receiver.messages = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def webhook() -> Iterator[Webhook]:
+    yield from start_webhook()
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +103,7 @@ def test_alert_end_to_end_once_per_crossing_and_once_on_recovery(
         "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
         "SLUICE_AUDIT_FLUSH_SECONDS": "0.05",
         "SLUICE_REDIS_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
-        "SLUICE_CAPACITY_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{webhook.server_port}/hook",
+        "SLUICE_CAPACITY_ALERT_WEBHOOK_URL": webhook.url,
         "SLUICE_CAPACITY_ALERT_EVERY_SECONDS": "0.3",
         "SLUICE_CAPACITY_ALERT_WINDOW_SECONDS": "4",
         "SLUICE_CAPACITY_ALERT_MIN_ATTEMPTS": "5",
@@ -170,7 +146,7 @@ def test_alert_end_to_end_once_per_crossing_and_once_on_recovery(
             word = "at capacity" if kind == "alert" else "recovered"
             return [
                 m
-                for m in _Receiver.messages
+                for m in webhook.messages
                 if f"`{deployment.name}`" in m["json"]["text"] and word in m["json"]["text"]
             ]
 
