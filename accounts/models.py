@@ -129,6 +129,7 @@ class AdminAction(models.Model):
         CONSOLE = "console", "Console"
         API = "api", "Management API"
         COMMAND = "command", "Command"
+        SSO = "sso", "Single sign-on"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
@@ -182,3 +183,58 @@ class ManagementToken(models.Model):
 
     def __str__(self) -> str:
         return self.prefix
+
+
+class SsoConfig(models.Model):
+    """The one OpenID Connect provider the console signs in with (row pk=1, written by the
+    config file's `[sso]` table, accounts/sso_config.py). The client secret is named by
+    environment variable, never stored."""
+
+    class PasswordLogin(models.TextChoices):
+        ON = "on", "Everyone with a password"
+        BREAK_GLASS = "break-glass", "Only the break-glass accounts"
+
+    enabled = models.BooleanField(default=True)
+    display_name = models.CharField(max_length=100, default="single sign-on")
+    issuer = models.URLField(max_length=500)
+    client_id = models.CharField(max_length=255)
+    client_secret_env = models.CharField(max_length=128)
+    scopes = models.CharField(max_length=255, default="openid email profile")
+    groups_claim = models.CharField(max_length=100, default="groups")
+    redirect_uri = models.URLField(max_length=500, blank=True)
+    password_login = models.CharField(
+        max_length=16, choices=PasswordLogin.choices, default=PasswordLogin.ON
+    )
+    break_glass = models.JSONField(default=list)  # usernames that keep password login
+    group_rules = models.JSONField(default=list)  # [{group, team, role, staff}], in order
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "SSO configuration"
+
+    def __str__(self) -> str:
+        return self.issuer
+
+
+class SsoIdentity(models.Model):
+    """Which provider account a user signs in as: (issuer, subject) is stable where an
+    email is not. `last_login_at` is what `manage.py sso_sweep` reads."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list)  # as the provider sent them at the last login
+    first_login_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "SSO identity"
+        verbose_name_plural = "SSO identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_subject")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} @ {self.issuer}"

@@ -14,7 +14,15 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.keys import MANAGEMENT_TOKEN_PREFIX, key_matches, key_prefix_of
-from accounts.models import AdminAction, ApiKey, Application, ManagementToken, Member, Team
+from accounts.models import (
+    AdminAction,
+    ApiKey,
+    Application,
+    ManagementToken,
+    Member,
+    SsoConfig,
+    Team,
+)
 
 
 @dataclass(frozen=True)
@@ -192,3 +200,17 @@ def management_tokens_visible_to(viewer: Viewer) -> QuerySet[ManagementToken]:
     if viewer.user_id is not None:
         return qs.filter(user_id=viewer.user_id)
     return qs.none()
+
+
+def sso_config() -> SsoConfig | None:
+    """The provider the console signs in with, when one is configured and enabled."""
+    return SsoConfig.objects.filter(pk=1, enabled=True).first()
+
+
+def password_login_allowed(username: str) -> bool:
+    """Whether `username` may sign in with a password: everyone, unless single sign-on
+    turned password login off for all but its break-glass accounts."""
+    config = sso_config()
+    if config is None or config.password_login == SsoConfig.PasswordLogin.ON:
+        return True
+    return username.strip().lower() in config.break_glass

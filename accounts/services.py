@@ -347,8 +347,9 @@ def key_issue(
     )
 
 
-def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
-    """Revoke a key now; every worker refuses it within SLUICE_KEY_CACHE_SECONDS."""
+def key_revoke(*, prefix: str, actor: Actor = SYSTEM, note: dict[str, Any] | None = None) -> ApiKey:
+    """Revoke a key now; every worker refuses it within SLUICE_KEY_CACHE_SECONDS. `note`
+    (why) is added to the admin action."""
     key = (
         ApiKey.objects.select_related("member__user", "member__team").filter(prefix=prefix).first()
     )
@@ -356,7 +357,7 @@ def key_revoke(*, prefix: str, actor: Actor = SYSTEM) -> ApiKey:
         raise AccountError(f"no key with prefix {prefix!r}")
     policy.key_change_check(actor=actor, member_id=key.member_id, team_id=key.member.team_id)
     if key.revoked_at is None:
-        _revoke(key, actor=actor, team_id=key.member.team_id, at=timezone.now())
+        _revoke(key, actor=actor, team_id=key.member.team_id, at=timezone.now(), note=note)
     return key
 
 

@@ -170,6 +170,8 @@ STATIC_URL = "static/"
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
+# Passwords, unless single sign-on keeps them to its break-glass accounts (docs/sso.md).
+AUTHENTICATION_BACKENDS = ["accounts.password_backend.PasswordBackend"]
 
 # The proxy reads the body itself; Django's own cap would answer outside OpenAI's error shape.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None

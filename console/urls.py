@@ -10,10 +10,10 @@ from console import (
     views_keys,
     views_limits,
     views_reports,
+    views_sso,
 )
 from console import views_batches as batches
 from console import views_people as people
-from console.forms import LoginForm
 
 app_name = "console"
 
@@ -24,13 +24,11 @@ urlpatterns = [
     # Django's own authentication views, with our templates (templates/registration/).
     path(
         "login/",
-        login_throttled(
-            auth_views.LoginView.as_view(
-                redirect_authenticated_user=True, authentication_form=LoginForm
-            )
-        ),
+        login_throttled(views_sso.SluiceLoginView.as_view()),
         name="login",
     ),
+    path("sso/login/", views_sso.sso_start, name="sso_start"),
+    path("sso/callback/", views_sso.sso_callback, name="sso_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "password/",

@@ -1,10 +1,11 @@
 """Configuration as code: a TOML file applied to the database, idempotently.
 
 Sections are arrays of tables: `upstreams`, `deployments`, `routes`, `teams`,
-`applications`, `members`. The whole file is checked before anything is written, and it is
-applied in one transaction, so a bad file changes nothing. Objects the file does not
-mention are left as they are. Upstream secrets are referenced by environment variable name
-(`api_key_env`), never written in the file or the database.
+`applications`, `members`; and one table, `[sso]`, the console's OpenID provider
+(accounts/sso_section.py, docs/sso.md). The whole file is checked before anything is
+written, and it is applied in one transaction, so a bad file changes nothing. Objects the
+file does not mention are left as they are. Upstream secrets are referenced by environment
+variable name (`api_key_env`), never written in the file or the database.
 """
 
 import re
@@ -31,6 +32,9 @@ from accounts.models import (
     Team,
 )
 from accounts.services import member_ensure
+from accounts.sso_rules import RuleError
+from accounts.sso_section import sso_section_check
+from accounts.sso_services import sso_config_apply
 from core.refresh import CATALOG, KEYS, LIMITS, invalidate
 from quotas.models import Limit, Scope
 from quotas.services import limit_target
@@ -185,12 +189,17 @@ def load_config(path: str | Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def validate_config(raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    unknown = set(raw) - set(_SCHEMA)
+    unknown = set(raw) - set(_SCHEMA) - {"sso"}
     if unknown:
         raise ConfigError(
-            f"unknown section(s) {', '.join(sorted(unknown))}; expected {', '.join(_SCHEMA)}"
+            f"unknown section(s) {', '.join(sorted(unknown))}; expected {', '.join(_SCHEMA)} or sso"
         )
-    config: dict[str, list[dict[str, Any]]] = {}
+    config: dict[str, list[dict[str, Any]]] = {"sso": []}
+    if "sso" in raw:
+        try:
+            config["sso"] = [sso_section_check(raw["sso"])]
+        except RuleError as exc:
+            raise ConfigError(str(exc)) from None
     for section, fields in _SCHEMA.items():
         entries = raw.get(section, [])
         if not isinstance(entries, list):
@@ -365,6 +374,12 @@ def _check_references(config: dict[str, list[dict[str, Any]]]) -> None:
         name = e["name"].lower() if e["scope"] == "member" else e["name"]
         if name not in limit_targets[e["scope"]]:
             raise ConfigError(f"limits[{i}] ({e['name']}): unknown {e['scope']} {e['name']!r}")
+    for sso in config["sso"]:
+        for i, rule in enumerate(sso["group_rules"]):
+            if rule["team"] is not None and rule["team"] not in teams:
+                raise ConfigError(
+                    f"sso.groups[{i}] ({rule['group']}): unknown team {rule['team']!r}"
+                )
     for section, field_name, names, kind in checks:
         for i, e in enumerate(config[section]):
             values = e[field_name] if isinstance(e[field_name], list) else [e[field_name]]
@@ -478,6 +493,8 @@ def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
             values["cost_per_month"] = Decimal(str(values["cost_per_month"]))
         lookup = {"scope": e["scope"], **limit_target(Scope(e["scope"]), e["name"])}
         report.add("limits", _sync(Limit, lookup, values)[1])
+    for fields in config["sso"]:
+        report.add("sso", sso_config_apply(fields))
     # Chains are written in bulk (no signals): tell the workers here.
     invalidate(KEYS, LIMITS, CATALOG)
     return report

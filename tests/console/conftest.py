@@ -15,7 +15,9 @@ import pytest
 
 from tests.console.browser import Console, browser_skip_reason, start_chromium, stop_chromium
 from tests.console.people import PASSWORD, People, make_people
-from tests.support import GatewayHandle
+from tests.console.sso import CODE_TTL_SECONDS, SECRET_ENV, SsoWorld, sso_section
+from tests.support import GatewayHandle, free_port, start_gateway
+from tests.support.oidc_provider import oidc_skip_reason, start_oidc_provider
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -60,3 +62,45 @@ def console(chromium: Any, gateway: GatewayHandle, console_people: People) -> It
     c = Console(chromium, gateway.url, emails, PASSWORD)
     yield c
     c.logout()
+
+
+@pytest.fixture(scope="session")
+def sso_world(e2e_database: str, django_db_blocker: Any) -> Iterator[SsoWorld]:
+    """A provider with a short code lifetime, a second one whose ID tokens name another
+    audience, and a gateway signing in through the first ([sso] applied like any config
+    file). The [sso] row is removed after, so other console tests see password login."""
+    reason = oidc_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from accounts.models import SsoConfig
+    from routing.catalog.config_file import apply_config, validate_config
+
+    port, other_port = free_port(), free_port()
+    issuer = f"http://localhost:{port}"
+    gateways = start_gateway(e2e_database, extra_env={SECRET_ENV: "sluice-oidc-test-secret"})
+    gateway = next(gateways)
+    callback = [f"{gateway.url}/sso/callback/"]
+    providers = start_oidc_provider(
+        port, redirect_uris=callback, accounts={}, code_ttl_seconds=CODE_TTL_SECONDS
+    )
+    others = start_oidc_provider(
+        other_port, redirect_uris=callback, accounts={}, wrong_audience=True
+    )
+    provider, other = next(providers), next(others)
+    assert provider.issuer == issuer
+    with django_db_blocker.unblock():
+        apply_config(
+            validate_config(
+                {
+                    "teams": [{"slug": "sso-eng"}, {"slug": "sso-research"}],
+                    "sso": sso_section(provider),
+                }
+            )
+        )
+    try:
+        yield SsoWorld(gateway, provider, other)
+    finally:
+        with django_db_blocker.unblock():
+            SsoConfig.objects.all().delete()
+        for started in (others, providers, gateways):
+            next(started, None)
