@@ -3,7 +3,16 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from accounts.models import AdminAction, ApiKey, Application, ManagementToken, Member, Team
+from accounts.models import (
+    AdminAction,
+    ApiKey,
+    Application,
+    ManagementToken,
+    Member,
+    SsoConfig,
+    SsoIdentity,
+    Team,
+)
 from accounts.selectors import viewer_for
 from accounts.services import Actor, member_keys_outside_team_revoke
 
@@ -127,3 +136,26 @@ class ManagementTokenAdmin(admin.ModelAdmin):
         actor = Actor.of(viewer_for(request.user), via="console")
         for token in queryset.filter(revoked_at=None):  # type: ignore[attr-defined]
             management_token_revoke(actor=actor, prefix=token.prefix)
+
+
+class _ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(SsoConfig)
+class SsoConfigAdmin(_ReadOnly):
+    """Read-only: the config file's [sso] table is the one place it is set (docs/sso.md)."""
+
+    list_display = ("issuer", "client_id", "enabled", "password_login", "updated_at")
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(_ReadOnly):
+    """Who signs in through the provider, and when last (what `manage.py sso_sweep` reads)."""
+
+    list_display = ("user", "subject", "issuer", "last_login_at")
+    search_fields = ("user__email", "subject")

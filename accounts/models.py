@@ -226,6 +226,9 @@ class SsoIdentity(models.Model):
     issuer = models.CharField(max_length=500)
     subject = models.CharField(max_length=255)
     groups = models.JSONField(default=list)  # as the provider sent them at the last login
+    # Deactivated by single sign-on (groups gone, or the sweep), so a sign-in with mapped
+    # groups again reactivates them; a member an admin deactivated stays out.
+    deactivated_by_sso = models.BooleanField(default=False)
     first_login_at = models.DateTimeField(auto_now_add=True)
     last_login_at = models.DateTimeField()
 

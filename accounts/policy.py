@@ -16,7 +16,8 @@ do anything. Otherwise:
 | deployments, config apply | yes | no | no |
 
 The member role "admin" is a team admin: a team admin may make another member of their
-team one (no more power than their own); nothing outside the admin site grants staff.
+team one (no more power than their own); nothing but the admin site and single sign-on's
+group rules (the config file's `[sso]`, applied by staff) grants staff.
 """
 
 from django.core.exceptions import PermissionDenied

@@ -6,6 +6,8 @@ sets their team, their role and staff from their groups (accounts/sso_rules.py),
 change is an AdminAction by the actor "single sign-on". Keys are not touched by a sign-in;
 a member whose groups grant nothing is deactivated (their keys are refused while they
 are), and `sso_sweep` revokes the keys of members who have not signed in for a while.
+Either comes back in at a sign-in with mapped groups; a member an admin deactivated does
+not.
 """
 
 from dataclasses import dataclass
@@ -128,6 +130,7 @@ def _deactivate_without_grant(user: AbstractUser | None, actor: Actor) -> None:
         user.is_active = False
         user.is_staff = False
         user.save(update_fields=["is_active", "is_staff"])
+        SsoIdentity.objects.filter(user=user).update(deactivated_by_sso=True)
         change.note = {"reason": "no group of theirs is mapped to Sluice"}
 
 
@@ -190,6 +193,11 @@ def sso_sign_in(*, account: ProviderAccount, config: SsoConfig) -> AbstractUser:
                 f"Your group maps to team {grant.team}, which does not exist in Sluice. "
                 "Ask your Sluice admin.",
             )
+    if user is not None and not user.is_active and not _deactivated_by_sso(user):
+        raise SignInRefused(
+            "Your account is deactivated",
+            "An admin deactivated your Sluice account. Ask them to reactivate it.",
+        )
     with transaction.atomic():
         if user is None:
             user = _user_create(account, actor, team)
@@ -201,9 +209,14 @@ def sso_sign_in(*, account: ProviderAccount, config: SsoConfig) -> AbstractUser:
                 "subject": account.subject,
                 "groups": list(account.groups),
                 "last_login_at": timezone.now(),
+                "deactivated_by_sso": False,
             },
         )
     return user
+
+
+def _deactivated_by_sso(user: AbstractUser) -> bool:
+    return SsoIdentity.objects.filter(user=user, deactivated_by_sso=True).exists()
 
 
 def _user_create(account: ProviderAccount, actor: Actor, team: Team | None) -> AbstractUser:
@@ -262,5 +275,6 @@ def _deprovision(user: AbstractUser, live: Any, actor: Actor, idle_days: int) ->
     ) as change:
         user.is_active = False
         user.save(update_fields=["is_active"])
+        SsoIdentity.objects.filter(user=user).update(deactivated_by_sso=True)
         change.note = reason
     return revoked
