@@ -72,12 +72,16 @@ def _metadata(client: DjangoOAuth2App, config: SsoConfig) -> dict[str, Any]:
     return metadata
 
 
-def authorize_redirect(request: HttpRequest, config: SsoConfig, redirect_uri: str) -> HttpResponse:
+def authorize_redirect(
+    request: HttpRequest, config: SsoConfig, redirect_uri: str, *, prompt: str | None = None
+) -> HttpResponse:
     """The redirect to the provider's sign-in page; state, nonce and the PKCE verifier are
-    kept in the session for the callback."""
+    kept in the session for the callback. `prompt="login"` asks the provider to ask who
+    is signing in, even when its own session knows."""
     client = _client(config)
     _metadata(client, config)
-    response: HttpResponse = client.authorize_redirect(request, redirect_uri)
+    extra = {"prompt": prompt} if prompt else {}
+    response: HttpResponse = client.authorize_redirect(request, redirect_uri, **extra)
     return response
 
 

@@ -71,8 +71,11 @@ def sso_start(request: HttpRequest) -> HttpResponse:
     config = _configured()
     request.session[_NEXT] = _safe_next(request, request.GET.get("next", ""))
     callback = config.redirect_uri or request.build_absolute_uri(reverse("console:sso_callback"))
+    # "Sign in as someone else" (the refusal page): the provider asks again, whoever its
+    # session says is signed in.
+    prompt = "login" if request.GET.get("prompt") == "login" else None
     try:
-        return authorize_redirect(request, config, callback)
+        return authorize_redirect(request, config, callback, prompt=prompt)
     except SignInRefused as refused:
         return _refusal(request, refused)
 
