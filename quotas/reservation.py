@@ -64,6 +64,7 @@ class Ticket:
     cost_keys: list[str] = field(default_factory=list)
     lease_keys: list[str] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
+    ledger: str | None = None  # where the reservation waits to be settled (Redis)
 
 
 @dataclass(frozen=True)
@@ -172,13 +173,18 @@ async def _reserve(
         except GatewayError:
             if verdict is not None and verdict.failed is None:
                 refund = [(c.key, -c.amount) for c in checks if not c.lease]
-                spawn(counters.settle(refund, [c.key for c in checks if c.lease], request_id))
+                leases = [c.key for c in checks if c.lease]
+                given = [c.amount for c in checks if not c.lease]
+                spawn(counters.settle(refund, leases, request_id, reserved=given))
             raise
     if verdict is None:
         return ticket
     if verdict.failed is not None:
         raise _refusal(planned[verdict.failed], verdict.values[0], tokens, now)
     ticket.tokens, ticket.cost = tokens, cost
+    if verdict.pending is not None:
+        ticket.ledger, length = verdict.pending
+        _keeper(counters).hold(ticket.ledger, length, request_id)
     for p, value in zip(planned, verdict.values, strict=True):
         if p.kind in ("tpm", "day", "month"):
             ticket.token_keys.append(p.check.key)
@@ -198,9 +204,18 @@ async def settle(ticket: Ticket, *, tokens: int, cost: float) -> None:
     """Charge what was used instead of what was reserved, and free the call's slots."""
     deltas = [(key, tokens - ticket.tokens) for key in ticket.token_keys]
     deltas += [(key, cost - ticket.cost) for key in ticket.cost_keys]
+    reserved = [ticket.tokens] * len(ticket.token_keys) + [ticket.cost] * len(ticket.cost_keys)
+    keeper = _keeper(ticket.counters)
     for key in ticket.lease_keys:
-        _keeper(ticket.counters).drop(key, ticket.slot)
-    await ticket.counters.settle(deltas, ticket.lease_keys, ticket.slot)
+        keeper.drop(key, ticket.slot)
+    if ticket.ledger is not None:
+        keeper.drop(ticket.ledger, ticket.slot)
+    await ticket.counters.settle(
+        deltas,
+        ticket.lease_keys,
+        ticket.slot,
+        reserved=reserved if ticket.ledger is not None else None,
+    )
 
 
 async def park(ticket: Ticket | None, *, parked: bool) -> None:

@@ -17,15 +17,19 @@ class Check:
     skip_parked: bool = False
 
 
+@dataclass(frozen=True)
+class LeaseLength:
+    lease: float
+    keep: float = 0.0  # seconds the store keeps the set of leases (default: twice a lease)
+
+
 @dataclass
 class Verdict:
     failed: int | None  # index of the first check that did not pass
     values: list[float] = field(default_factory=list)  # each counter, reservation included
-
-
-@dataclass(frozen=True)
-class LeaseLength:
-    lease: float
+    # Where the reservation waits until it is settled (a ledger lease for the worker to
+    # renew while the call runs), when the backend keeps one: Redis, shared by workers.
+    pending: tuple[str, LeaseLength] | None = field(default=None, compare=False)
 
 
 class QuotaCounters(Protocol):
@@ -38,7 +42,12 @@ class QuotaCounters(Protocol):
     async def release(self, keys: list[str], slot: str) -> None: ...
 
     async def settle(
-        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
+        self,
+        deltas: list[tuple[str, float]],
+        lease_keys: list[str],
+        slot: str,
+        *,
+        reserved: list[float] | None = None,
     ) -> None: ...
 
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None: ...

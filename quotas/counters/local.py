@@ -82,7 +82,12 @@ class LocalQuotaCounters:
                     del self._parked[key]
 
     async def settle(
-        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
+        self,
+        deltas: list[tuple[str, float]],
+        lease_keys: list[str],
+        slot: str,
+        *,
+        reserved: list[float] | None = None,  # a process's reservations die with it
     ) -> None:
         await self.adjust(deltas)
         await self.release(lease_keys, slot)

@@ -13,13 +13,20 @@ from redis.exceptions import RedisError
 from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
 from core.redis_down import RedisDown, RedisDownPolicy
-from quotas.counters.interface import Check, Verdict
+from quotas.counters.interface import Check, LeaseLength, Verdict
 from quotas.counters.local import LocalQuotaCounters
 
 log = logging.getLogger("sluice.quotas")
 
 ARGS_PER_CHECK = 6  # what `reserve` sends for each check (_check_args)
-LUA_CONSTANTS = {"ARGS_PER_CHECK": ARGS_PER_CHECK}
+# A pending reservation's deadline in the ledger (renewed every third of it while its call
+# runs): how soon a dead worker's reserved tokens and cost come back to everyone else.
+PENDING_LEASE = LeaseLength(10.0, keep=86_400.0)
+LUA_CONSTANTS = {
+    "ARGS_PER_CHECK": ARGS_PER_CHECK,
+    "SWEEP_BATCH": 16,  # dead reservations taken back per reservation, at most
+    "LEDGER_KEEP": int(PENDING_LEASE.keep),  # seconds the ledger outlives its last write
+}
 SCRIPTS = Scripts(
     {
         name: lua_source(Path(__file__).parent, (name,), LUA_CONSTANTS)
@@ -54,9 +61,11 @@ def redis_down(exc: Exception) -> None:
 
 
 class RedisQuotaCounters:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, ledger: str | None = None) -> None:
         self.url = url
         self._fallback = LocalQuotaCounters()
+        # The pending reservations of every worker (reserve.lua): one sorted set.
+        self.ledger = ledger or f"{settings.SLUICE_REDIS_PREFIX}:q:pending"
 
     def _client(self) -> redis.Redis:
         return redis_client(self.url)
@@ -66,6 +75,7 @@ class RedisQuotaCounters:
         args: list[Any] = [now, slot, len(checks)]
         for c in checks:
             args += _check_args(c)
+        args += [self.ledger, now + PENDING_LEASE.lease]
         try:
             reserve = SCRIPTS.on(self._client())["reserve"]
             result = await reserve(keys=[c.key for c in checks], args=args)
@@ -75,22 +85,39 @@ class RedisQuotaCounters:
         POLICY.recovered()
         failed = int(result[0])
         values = [float(v) for v in result[1:]]
-        return Verdict(failed - 1 if failed else None, values)
+        if failed:
+            return Verdict(failed - 1, values)
+        pending = any(not c.lease and c.amount > 0 for c in checks)
+        return Verdict(None, values, pending=(self.ledger, PENDING_LEASE) if pending else None)
 
     async def adjust(self, deltas: list[tuple[str, float]]) -> None:
         await self.settle(deltas, [], "")
 
     async def settle(
-        self, deltas: list[tuple[str, float]], lease_keys: list[str], slot: str
+        self,
+        deltas: list[tuple[str, float]],
+        lease_keys: list[str],
+        slot: str,
+        *,
+        reserved: list[float] | None = None,
     ) -> None:
-        """`adjust` and `release` in one round trip: how every call ends."""
+        """`adjust` and `release` in one round trip: how every call ends. With `reserved`
+        (what the reservation added to each counter of `deltas`), the call's entry in the
+        ledger of pending reservations is settled too."""
         if not deltas and not lease_keys:
             return
+        ledger = self.ledger if reserved is not None else ""
         try:
             settle = SCRIPTS.on(self._client())["settle"]
             await settle(
                 keys=[k for k, _ in deltas] + lease_keys,
-                args=[len(deltas), slot, *(d for _, d in deltas)],
+                args=[
+                    len(deltas),
+                    slot,
+                    *(d for _, d in deltas),
+                    ledger,
+                    *(reserved or [0.0] * len(deltas)),
+                ],
             )
         except (RedisError, OSError) as exc:
             POLICY.failed(exc)
@@ -137,7 +164,8 @@ class RedisQuotaCounters:
                 for key, (length, slots) in held.items():
                     if slots:
                         pipe.zadd(key, {s: now + length.lease for s in slots}, xx=True)
-                        pipe.expire(key, math.ceil(length.lease * 2))
+                        keep = max(length.lease * 2, getattr(length, "keep", 0.0))
+                        pipe.expire(key, math.ceil(keep))
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             POLICY.failed(exc)

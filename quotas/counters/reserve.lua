@@ -1,7 +1,31 @@
 -- KEYS: one counter per check. ARGV: now, slot, number of checks, then ARGS_PER_CHECK for
--- each check: limit, amount, ttl, lease (1/0), seed, skip parked (1/0). Answers {0, values...}
--- when every check passes (and adds to them all), else {failing check, its value}.
+-- each check: limit, amount, ttl, lease (1/0), seed, skip parked (1/0); then the ledger of
+-- pending reservations (a sorted set, '' for none) and this reservation's deadline in it.
+-- Answers {0, values...} when every check passes (and adds to them all), else {failing
+-- check, its value}.
+--
+-- The ledger: a reservation's amounts wait there, by slot, until the call settles; the
+-- worker renews the deadline while the call runs. A slot past its deadline belonged to a
+-- worker that died: its amounts are taken back off the counters here, before any check
+-- reads them, and the slot is marked swept (so a late settle charges what was used).
 local now, slot, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local ledger = ARGV[4 + n * ARGS_PER_CHECK]
+local deadline = tonumber(ARGV[5 + n * ARGS_PER_CHECK])
+if ledger ~= '' then
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)) do
+    local held = redis.call('HGETALL', ledger .. ':' .. dead)
+    for j = 1, #held, 2 do
+      if redis.call('EXISTS', held[j]) == 1 then
+        if tonumber(redis.call('INCRBYFLOAT', held[j], -tonumber(held[j + 1]))) < 0 then
+          redis.call('SET', held[j], 0, 'KEEPTTL')
+        end
+      end
+    end
+    redis.call('DEL', ledger .. ':' .. dead)
+    redis.call('ZREM', ledger, dead)
+    redis.call('SET', ledger .. ':swept:' .. dead, 1, 'EX', LEDGER_KEEP)
+  end
+end
 local values = {}
 for i = 1, n do
   local b = 3 + (i - 1) * ARGS_PER_CHECK
@@ -23,6 +47,7 @@ for i = 1, n do
   if current + amount > limit then return {i, tostring(current)} end
   values[i] = tostring(current + amount)
 end
+local pending = false
 for i = 1, n do
   local b = 3 + (i - 1) * ARGS_PER_CHECK
   local ttl = tonumber(ARGV[b + 3])
@@ -34,6 +59,15 @@ for i = 1, n do
       redis.call('SET', KEYS[i], ARGV[b + 5], 'EX', math.ceil(ttl))
     end
     redis.call('INCRBYFLOAT', KEYS[i], ARGV[b + 2])
+    if ledger ~= '' and tonumber(ARGV[b + 2]) > 0 then
+      redis.call('HSET', ledger .. ':' .. slot, KEYS[i], ARGV[b + 2])
+      pending = true
+    end
   end
+end
+if pending then
+  redis.call('EXPIRE', ledger .. ':' .. slot, LEDGER_KEEP)
+  redis.call('ZADD', ledger, deadline, slot)
+  redis.call('EXPIRE', ledger, LEDGER_KEEP)
 end
 return {0, unpack(values)}

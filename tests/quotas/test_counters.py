@@ -374,3 +374,66 @@ async def test_settle_adjusts_and_releases_in_one_step(counters, key):
     after = await counters.reserve([window(tokens, 100, 80), lease(leases, 1)], slot())
     assert after.failed is None
     assert after.values == [100.0, 1.0]  # 20 left after the refund, and the slot was free
+
+
+# --- the ledger of pending reservations (Redis: shared by workers that may die) ----------
+
+
+@pytest.fixture
+async def shared(key):
+    """Redis counters with a ledger of their own (dead reservations are swept by time)."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from quotas.counters.redis import RedisQuotaCounters
+
+    backend = RedisQuotaCounters(url, ledger=key() + ":pending")
+    yield backend
+    await backend._client().aclose()
+
+
+async def test_a_dead_workers_reservation_is_taken_back_after_its_deadline(shared, key):
+    from quotas.counters.redis import PENDING_LEASE
+
+    k = key()
+    t = time.time()
+    held = await shared.reserve([window(k, 100, 80)], slot(), now=t)
+    assert held.pending == (shared.ledger, PENDING_LEASE)
+    # Nobody settles or renews it (its worker died): it holds until its deadline...
+    assert (await shared.reserve([window(k, 100, 30)], slot(), now=t + 9)).failed == 0
+    # ...and is taken back by the first reservation after it.
+    assert await shared.reserve([window(k, 100, 30)], slot(), now=t + 11) == Verdict(None, [30.0])
+
+
+async def test_a_renewed_reservation_is_not_taken_back(shared, key):
+    from quotas.counters.redis import PENDING_LEASE
+
+    k = key()
+    t = time.time()
+    a = slot()
+    await shared.reserve([window(k, 100, 80)], a, now=t - 9)  # its deadline: t + 1
+    await shared.renew({shared.ledger: (PENDING_LEASE, [a])})  # now: about t + 10
+    assert (await shared.reserve([window(k, 100, 30)], slot(), now=t + 5)).failed == 0
+
+
+async def test_a_settled_reservation_is_never_taken_back_twice(shared, key):
+    k = key()
+    t = time.time()
+    a = slot()
+    await shared.reserve([window(k, 100, 80)], a, now=t)
+    await shared.settle([(k, -60.0)], [], a, reserved=[80.0])  # used 20
+    assert await peek(shared, k) == 20.0
+    assert (await shared.reserve([window(k, 100, 0)], slot(), now=t + 60)).values == [20.0]
+
+
+async def test_a_late_settle_of_a_swept_reservation_charges_what_was_used(shared, key):
+    """A worker that stalled past its deadline and then finishes: the sweep took its 80
+    back; its settle (used 50) adds the 50, not 50 - 80."""
+    k, other = key(), key()
+    t = time.time()
+    a = slot()
+    await shared.reserve([window(k, 100, 80), window(other, 100, 0.8)], a, now=t - 20)
+    assert (await shared.reserve([window(k, 100, 0)], slot(), now=t)).values == [0.0]
+    await shared.settle([(k, -30.0), (other, -0.3)], [], a, reserved=[80.0, 0.8])
+    assert await peek(shared, k) == 50.0
+    assert await peek(shared, other) == pytest.approx(0.5)
