@@ -76,7 +76,7 @@ def main() -> int:
             "--phases", "examples,coverage,fuzzing",
             "--seed", "1",
             "--workers", "1",
-            "--max-time", "110",
+            "--max-time", "80",
             "--request-timeout", "20",
             "--no-color",
             "--generation-database", "none",

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DatabaseError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.renderers import JSONRenderer
@@ -14,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from accounts.services import AccountError
+from core.errors import DATABASE_RETRY_AFTER
 from quotas.services import LimitError
 from routing.catalog.config_file import ConfigError
 
@@ -78,6 +80,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
+    if isinstance(exc, DatabaseError):  # an outage, not the caller's fault: say when to retry
+        log.warning("management API: the database failed: %s", type(exc).__name__)
+        _render_as_json(context)
+        return Response(
+            error_body(
+                503,
+                "Sluice cannot reach its database right now. Retry after the time in Retry-After.",
+                code="database_unavailable",
+            ),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         log.exception("management API: unexpected error", exc_info=exc)

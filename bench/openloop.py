@@ -121,10 +121,12 @@ async def fire(
     retry_batch: bool = False,
     events: Sequence[tuple[float, Callable[[], object]]] = (),
     extra: dict | None = None,
+    events_ran: list[float] | None = None,
 ) -> list[Result]:
     """Send every arrival at its time; run each `events` callback (a coroutine function)
     at its time too (a capacity change, say); `extra` fields go in every call's body.
-    Returns one result per arrival."""
+    `events_ran` gets the time (from the start, like arrivals) each event really began: a
+    busy loop wakes it late. Returns one result per arrival."""
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=None)
     body = {
@@ -152,6 +154,8 @@ async def fire(
 
         async def event(at: float, action: Callable[[], object]) -> None:
             await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+            if events_ran is not None:
+                events_ran.append(time.monotonic() - start)
             outcome = action()
             if asyncio.iscoroutine(outcome):
                 await outcome

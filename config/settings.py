@@ -80,6 +80,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A page whose database is down: 503 saying so, never a 500 (console/outage.py).
+    "console.outage.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

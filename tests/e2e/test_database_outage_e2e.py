@@ -27,7 +27,8 @@ STALE = 6.0  # SLUICE_STALE_IF_ERROR_SECONDS
 
 
 class Relay:
-    """127.0.0.1:<port> → PostgreSQL; `blocked` holds every byte and every new connection."""
+    """127.0.0.1:<port> → PostgreSQL; `blocked` holds every byte and every new connection;
+    `refusing` resets them (a database that is down, not a link that is)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
@@ -35,13 +36,22 @@ class Relay:
         self.port = self.server.getsockname()[1]
         self.passing = threading.Event()
         self.passing.set()
+        self.refusing = False
+        self.open: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def block(self) -> None:
         self.passing.clear()
 
     def unblock(self) -> None:
+        self.refusing = False
         self.passing.set()
+
+    def refuse(self) -> None:
+        self.refusing = True
+        for s in list(self.open):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self.passing.set()
@@ -57,11 +67,15 @@ class Relay:
 
     def _connect(self, client: socket.socket) -> None:
         self.passing.wait()
+        if self.refusing:
+            client.close()
+            return
         try:
             upstream = socket.create_connection(self.target)
         except OSError:
             client.close()
             return
+        self.open |= {client, upstream}
         for src, dst in ((client, upstream), (upstream, client)):
             threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
@@ -165,3 +179,32 @@ def test_a_hot_key_keeps_working_through_a_database_outage_and_a_revocation_stil
         timeout=20,
     )
     assert {r.outcome for r in records} == {"database_unavailable"}
+
+
+def test_the_console_and_the_management_api_say_the_database_is_down(
+    relayed_gateway, committed_db
+) -> None:
+    """A page or an API call that needs the database while it is down: a 503 saying so
+    with Retry-After (an HTML page, the API's JSON shape), never a 500; fine again after."""
+    from accounts.services import SYSTEM, management_token_issue
+
+    gateway, relay = relayed_gateway
+    _, token = management_token_issue(actor=SYSTEM, name="outage")
+    api = {"authorization": f"Bearer {token}"}
+    assert httpx.get(f"{gateway.url}/login/").status_code == 200
+    assert httpx.get(f"{gateway.url}/api/v1/teams/", headers=api).status_code == 200
+
+    relay.refuse()
+    try:
+        page = httpx.get(f"{gateway.url}/login/", timeout=30)
+        assert page.status_code == 503, page.text[:300]
+        assert "The database is not answering" in page.text
+        assert int(page.headers["retry-after"]) >= 1
+        answer = httpx.get(f"{gateway.url}/api/v1/teams/", headers=api, timeout=30)
+        assert answer.status_code == 503, answer.text[:300]
+        assert answer.json()["error"]["code"] == "database_unavailable"
+        assert int(answer.headers["retry-after"]) >= 1
+    finally:
+        relay.unblock()
+    wait_until(lambda: httpx.get(f"{gateway.url}/login/").status_code == 200, timeout=15)
+    assert httpx.get(f"{gateway.url}/api/v1/teams/", headers=api).status_code == 200
