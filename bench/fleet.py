@@ -409,11 +409,11 @@ class Row:
 
 
 async def observe(f: Fleet, index: int) -> str:
-    """What an operator sees on a host: its readiness (and the checks not ok) and the
-    deployment's breaker and in-flight gauges on /metrics."""
+    """What an operator sees on a host: its readiness (and the checks not ok), the
+    deployment's breaker on /metrics, and the console's login page (it reads the database)."""
     base = f"http://{f.net.host_address(index)}:8000"
     try:
-        async with httpx.AsyncClient(timeout=2) as client:
+        async with httpx.AsyncClient(timeout=5) as client:
             ready = await client.get(f"{base}/healthz/ready")
             checks = ready.json().get("checks", {})
             text = (
@@ -421,6 +421,9 @@ async def observe(f: Fleet, index: int) -> str:
                     f"{base}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
                 )
             ).text
+            began = time.monotonic()
+            page = await client.get(f"{base}/login/")
+            console = f"console {page.status_code} in {(time.monotonic() - began) * 1000:.0f} ms"
     except (httpx.HTTPError, ValueError) as exc:
         return f"host {index}: no answer ({type(exc).__name__})"
     failing = ",".join(f"{k}={v}" for k, v in checks.items() if v != "ok")
@@ -432,7 +435,7 @@ async def observe(f: Fleet, index: int) -> str:
          if line.startswith("sluice_deployment_breaker_state") and line.endswith(" 1.0")),
         "?",
     )  # fmt: skip
-    return f"ready {status}; breaker {breaker}"
+    return f"ready {status}; breaker {breaker}; {console}"
 
 
 def _tokens_of(f: Fleet, prefix: str) -> int:

@@ -10,7 +10,8 @@ every call for a blip the workers ride out (cached keys, per-worker counters); w
 answer is 200 `degraded`. The body names each check and what failed (an error's class, never
 its message: a message may name hosts or users). Checks never block the event loop: the
 database is asked from a thread of its own, Redis with the async client, and one result
-serves every probe for `SLUICE_HEALTH_CACHE_SECONDS`, however many arrive.
+serves every probe for `SLUICE_HEALTH_CACHE_SECONDS`, however many arrive; past that a probe
+gets the last result at once while a new check runs (only the first probe waits for one).
 """
 
 import asyncio
@@ -85,21 +86,29 @@ class Readiness:
         return dict(zip(names, results, strict=True))
 
     async def checks(self) -> dict[str, str]:
-        """The last result while it is fresh; else one check, shared by every probe."""
-        if time.monotonic() - self._checked_at < settings.SLUICE_HEALTH_CACHE_SECONDS:
-            return self._checks
-        if self._running is None or self._running.done():
+        """The last result, at once; a stale one starts a new check (one, shared by every
+        probe) for the probes after. Only the first probe waits for a check: a probe that
+        waited on a database that hangs would take as long as the check's timeout, and a
+        load balancer's check timeout shorter than that would take every host out at once,
+        the very thing the grace is for."""
+        stale = time.monotonic() - self._checked_at >= settings.SLUICE_HEALTH_CACHE_SECONDS
+        if stale and (self._running is None or self._running.done()):
             self._running = asyncio.get_running_loop().create_task(self._check())
-        checks = await asyncio.shield(self._running)
-        if self._running.done() and checks is not self._checks:
-            now = time.monotonic()
-            for name, result in checks.items():
-                if result == OK:
-                    self._failing_since.pop(name, None)
-                else:
-                    self._failing_since.setdefault(name, now)
-            self._checks, self._checked_at = checks, now
-        return checks
+            self._running.add_done_callback(self._record)
+        if self._checks or self._running is None:
+            return self._checks
+        return await asyncio.shield(self._running)
+
+    def _record(self, task: asyncio.Task[dict[str, str]]) -> None:
+        if task.cancelled():
+            return
+        checks, now = task.result(), time.monotonic()
+        for name, result in checks.items():
+            if result == OK:
+                self._failing_since.pop(name, None)
+            else:
+                self._failing_since.setdefault(name, now)
+        self._checks, self._checked_at = checks, now
 
     def _past_grace(self, checks: dict[str, str]) -> bool:
         """A check has failed for longer than the grace."""

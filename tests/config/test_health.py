@@ -149,3 +149,46 @@ def test_a_shared_dependency_failing_briefly_degrades_and_only_then_fails(tmp_pa
         stop_process(proc)
         if redis is not None:
             stop_process(redis)
+
+
+def test_a_probe_never_waits_on_a_dependency_that_hangs(tmp_path):
+    """Redis frozen (SIGSTOP: connections open, no answer): every probe still answers at
+    once with the last result while a check runs behind it, then reports the timeout. A
+    probe that waited the check's timeout would miss a load balancer's shorter one, and
+    every host would leave the pool at once."""
+    import signal
+    import time
+
+    port, redis_port = free_port(), free_port()
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    env = os.environ | {
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'health.sqlite3'}",
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "SLUICE_SECRET_KEY": "test-" + uuid.uuid4().hex,
+        "SLUICE_AUDIT_SPOOL_DIR": "",
+        "SLUICE_HEALTH_TIMEOUT_SECONDS": "1",
+        "SLUICE_HEALTH_CACHE_SECONDS": "0",
+    }
+    args = ["config.asgi:application", "--port", str(port), "--log-level", "critical"]
+    url = f"http://127.0.0.1:{port}/healthz/ready"
+    proc = start_process([sys.executable, "-m", "uvicorn", *args], url=f"{url[:-6]}/live", env=env)
+    try:
+        wait_until(lambda: httpx.get(url, timeout=5).json()["status"] == "ok", timeout=10)
+        redis.send_signal(signal.SIGSTOP)
+        slowest, seen = 0.0, set()
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            answer = httpx.get(url, timeout=5)
+            slowest = max(slowest, time.monotonic() - began)
+            seen.add(answer.json()["checks"]["redis"])
+            time.sleep(0.1)
+        assert slowest < 0.5, f"a probe took {slowest:.2f} s"
+        assert seen == {"ok", "timeout"}, seen  # the last result, then the check's own
+    finally:
+        redis.send_signal(signal.SIGCONT)
+        stop_process(proc)
+        stop_process(redis)
