@@ -334,6 +334,9 @@ class Fleet:
             "global\n  maxconn 5000\n"
             "defaults\n  mode http\n  timeout connect 1s\n  timeout client 60s\n"
             "  timeout server 30s\n  retries 2\n  option redispatch\n"
+            # As deploy/haproxy.cfg: a host that resets or closes a call unanswered (killed
+            # mid-call, or a kept-alive connection to it) has the call sent to another.
+            "  retry-on conn-failure empty-response\n  option http-buffer-request\n"
             f"frontend calls\n  bind 127.0.0.1:{port}\n  default_backend gateways\n"
             "backend gateways\n  balance leastconn\n  option httpchk GET /healthz/ready\n"
             "  default-server inter 500ms fall 2 rise 2\n"
@@ -412,8 +415,8 @@ async def observe(f: Fleet, index: int) -> str:
     """What an operator sees on a host: its readiness (and the checks not ok), the
     deployment's breaker on /metrics, and the console's login page (it reads the database)."""
     base = f"http://{f.net.host_address(index)}:8000"
-    try:
-        async with httpx.AsyncClient(timeout=5) as client:
+    async with httpx.AsyncClient(timeout=5) as client:
+        try:
             ready = await client.get(f"{base}/healthz/ready")
             checks = ready.json().get("checks", {})
             text = (
@@ -421,11 +424,15 @@ async def observe(f: Fleet, index: int) -> str:
                     f"{base}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
                 )
             ).text
-            began = time.monotonic()
-            page = await client.get(f"{base}/login/")
-            console = f"console {page.status_code} in {(time.monotonic() - began) * 1000:.0f} ms"
-    except (httpx.HTTPError, ValueError) as exc:
-        return f"host {index}: no answer ({type(exc).__name__})"
+        except (httpx.HTTPError, ValueError) as exc:
+            return f"host {index}: no answer ({type(exc).__name__})"
+        began = time.monotonic()
+        try:  # the Host a client sends through HAProxy (the gateway's allowed hosts)
+            page = await client.get(f"{base}/login/", headers={"Host": "127.0.0.1"})
+            console = f"console {page.status_code}"
+        except httpx.HTTPError as exc:
+            console = f"console no answer ({type(exc).__name__})"
+        console += f" in {(time.monotonic() - began) * 1000:.0f} ms"
     failing = ",".join(f"{k}={v}" for k, v in checks.items() if v != "ok")
     status = f"{ready.status_code} {ready.json().get('status')}" + (
         f" ({failing})" if failing else ""
