@@ -230,6 +230,10 @@ SLUICE_AUDIT_SPOOL_DIR = os.environ.get("SLUICE_AUDIT_SPOOL_DIR", str(STATE_DIR 
 # ("open", the default: calls keep flowing, limits hold per worker) or every call that has
 # limits is refused with 503 ("closed").
 SLUICE_QUOTAS_WHEN_REDIS_DOWN = os.environ.get("SLUICE_QUOTAS_WHEN_REDIS_DOWN", "open")
+# A reservation's lease in Redis's ledger of pending reservations (quotas/counters/redis.py):
+# a dead worker's tokens come back this long after it stops renewing; a worker cut off from
+# Redis for longer has its calls' reservations taken back (and charged again when they end).
+SLUICE_QUOTA_PENDING_LEASE_SECONDS = float(os.environ.get("SLUICE_QUOTA_PENDING_LEASE_SECONDS", 30))
 # Retry-After sent with a 503 when every deployment in the chain is at capacity.
 SLUICE_CAPACITY_RETRY_AFTER = int(os.environ.get("SLUICE_CAPACITY_RETRY_AFTER", 5))
 # How long a call may wait in a deployment's queue for a slot, per priority class (seconds;

@@ -19,14 +19,21 @@ from quotas.counters.local import LocalQuotaCounters
 log = logging.getLogger("sluice.quotas")
 
 ARGS_PER_CHECK = 6  # what `reserve` sends for each check (_check_args)
-# A pending reservation's deadline in the ledger (renewed every third of it while its call
-# runs): how soon a dead worker's reserved tokens and cost come back to everyone else.
-PENDING_LEASE = LeaseLength(10.0, keep=86_400.0)
+LEDGER_KEEP = 86_400  # seconds the ledger of pending reservations outlives its last write
 LUA_CONSTANTS = {
     "ARGS_PER_CHECK": ARGS_PER_CHECK,
     "SWEEP_BATCH": 16,  # dead reservations taken back per reservation, at most
-    "LEDGER_KEEP": int(PENDING_LEASE.keep),  # seconds the ledger outlives its last write
+    "LEDGER_KEEP": LEDGER_KEEP,
 }
+
+
+def pending_lease() -> LeaseLength:
+    """A pending reservation's deadline in the ledger, renewed every third of it while its
+    call runs (SLUICE_QUOTA_PENDING_LEASE_SECONDS): how soon a dead worker's reserved tokens
+    and cost come back, and how long a worker cut off from Redis keeps them."""
+    return LeaseLength(settings.SLUICE_QUOTA_PENDING_LEASE_SECONDS, keep=LEDGER_KEEP)
+
+
 SCRIPTS = Scripts(
     {
         name: lua_source(Path(__file__).parent, (name,), LUA_CONSTANTS)
@@ -75,7 +82,8 @@ class RedisQuotaCounters:
         args: list[Any] = [now, slot, len(checks)]
         for c in checks:
             args += _check_args(c)
-        args += [self.ledger, now + PENDING_LEASE.lease]
+        lease = pending_lease()
+        args += [self.ledger, now + lease.lease]
         try:
             reserve = SCRIPTS.on(self._client())["reserve"]
             result = await reserve(keys=[c.key for c in checks], args=args)
@@ -88,7 +96,7 @@ class RedisQuotaCounters:
         if failed:
             return Verdict(failed - 1, values)
         pending = any(not c.lease and c.amount > 0 for c in checks)
-        return Verdict(None, values, pending=(self.ledger, PENDING_LEASE) if pending else None)
+        return Verdict(None, values, pending=(self.ledger, lease) if pending else None)
 
     async def adjust(self, deltas: list[tuple[str, float]]) -> None:
         await self.settle(deltas, [], "")

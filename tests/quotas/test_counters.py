@@ -393,26 +393,30 @@ async def shared(key):
 
 
 async def test_a_dead_workers_reservation_is_taken_back_after_its_deadline(shared, key):
-    from quotas.counters.redis import PENDING_LEASE
+    from quotas.counters.redis import pending_lease
 
     k = key()
     t = time.time()
+    lease = pending_lease()
     held = await shared.reserve([window(k, 100, 80)], slot(), now=t)
-    assert held.pending == (shared.ledger, PENDING_LEASE)
+    assert held.pending == (shared.ledger, lease)
     # Nobody settles or renews it (its worker died): it holds until its deadline...
-    assert (await shared.reserve([window(k, 100, 30)], slot(), now=t + 9)).failed == 0
+    late = lease.lease - 1
+    assert (await shared.reserve([window(k, 100, 30)], slot(), now=t + late)).failed == 0
     # ...and is taken back by the first reservation after it.
-    assert await shared.reserve([window(k, 100, 30)], slot(), now=t + 11) == Verdict(None, [30.0])
+    after = t + lease.lease + 1
+    assert await shared.reserve([window(k, 100, 30)], slot(), now=after) == Verdict(None, [30.0])
 
 
 async def test_a_renewed_reservation_is_not_taken_back(shared, key):
-    from quotas.counters.redis import PENDING_LEASE
+    from quotas.counters.redis import pending_lease
 
     k = key()
     t = time.time()
     a = slot()
-    await shared.reserve([window(k, 100, 80)], a, now=t - 9)  # its deadline: t + 1
-    await shared.renew({shared.ledger: (PENDING_LEASE, [a])})  # now: about t + 10
+    lease = pending_lease()
+    await shared.reserve([window(k, 100, 80)], a, now=t - lease.lease + 1)  # deadline t + 1
+    await shared.renew({shared.ledger: (lease, [a])})  # now: t + the lease
     assert (await shared.reserve([window(k, 100, 30)], slot(), now=t + 5)).failed == 0
 
 
@@ -429,10 +433,13 @@ async def test_a_settled_reservation_is_never_taken_back_twice(shared, key):
 async def test_a_late_settle_of_a_swept_reservation_charges_what_was_used(shared, key):
     """A worker that stalled past its deadline and then finishes: the sweep took its 80
     back; its settle (used 50) adds the 50, not 50 - 80."""
+    from quotas.counters.redis import pending_lease
+
     k, other = key(), key()
     t = time.time()
     a = slot()
-    await shared.reserve([window(k, 100, 80), window(other, 100, 0.8)], a, now=t - 20)
+    past = t - pending_lease().lease - 5  # its deadline is behind us
+    await shared.reserve([window(k, 100, 80), window(other, 100, 0.8)], a, now=past)
     assert (await shared.reserve([window(k, 100, 0)], slot(), now=t)).values == [0.0]
     await shared.settle([(k, -30.0), (other, -0.3)], [], a, reserved=[80.0, 0.8])
     assert await peek(shared, k) == 50.0
