@@ -3,23 +3,19 @@ so, with Retry-After, instead of a 500. The proxy and the management API answer 
 outage in their JSON shape (core/db.py, api/errors.py)."""
 
 import logging
-from collections.abc import Callable
 
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+from django.utils.deprecation import MiddlewareMixin
 
 from core.errors import DATABASE_RETRY_AFTER
 
 log = logging.getLogger("sluice.console")
 
 
-class DatabaseUnavailableMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+class DatabaseUnavailableMiddleware(MiddlewareMixin):
+    """Sync and async alike (MiddlewareMixin), so the handler stays async under ASGI."""
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not isinstance(exc, DatabaseError):

@@ -3,8 +3,9 @@ oidc-provider on http://localhost, the gateway on 127.0.0.1): the login page's b
 provider's login form, landing where the sign-in was headed; a group change at the provider
 changing the role at the next sign-in; groups mapped to nothing and a forged state ending on
 the refusal page. test_sso_login.py covers the same flows over plain HTTP. Screenshots go to
-/tmp/sso-*.png."""
+the folder SLUICE_SSO_SCREENSHOTS names, when set."""
 
+import os
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -43,7 +44,10 @@ def _path(console: Console) -> str:
 
 
 def _shot(console: Console, name: str) -> None:
-    console.driver.save_screenshot(f"/tmp/sso-{name}.png")
+    """A screenshot to look at, into SLUICE_SSO_SCREENSHOTS (a folder) when it is set."""
+    folder = os.environ.get("SLUICE_SSO_SCREENSHOTS")
+    if folder:
+        console.driver.save_screenshot(os.path.join(folder, f"sso-{name}.png"))
 
 
 def _to_provider(console: Console, world: SsoWorld, path: str = "/keys/") -> None:

@@ -48,4 +48,7 @@ def test_the_fleet_rides_out_each_fault() -> None:
     for row in (by_fault["none"], single):
         assert row.failed == 0, row
         assert row.interactive >= 0.99, row
-        assert row.budget >= 0.9, row  # and not far below it either
+        # And not far below it either (a reservation never settled left 55 %). An 8 s run
+        # ends while the budgeted member's batch calls still wait with their reservations,
+        # so it lands at 80-97 % from run to run; 16 s runs give 96.7 % (docs/deploy.md).
+        assert row.budget >= 0.75, row
