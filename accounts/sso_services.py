@@ -114,11 +114,9 @@ def _linked_user(account: ProviderAccount, config: SsoConfig) -> AbstractUser | 
     return existing
 
 
-def _deactivate_without_grant(user: AbstractUser | None, actor: Actor) -> None:
-    """Groups that grant nothing: a known user is deactivated (their keys are refused
-    from now on) and loses staff."""
-    if user is None or not (user.is_active or user.is_staff):
-        return
+def _sso_deactivate(user: AbstractUser, actor: Actor, reason: str) -> None:
+    """Deactivate `user` (their keys are refused from then on) and take staff away, as
+    single sign-on did it: a later sign-in with mapped groups lets them back in."""
     with recorded_change(
         actor=actor,
         action="member.deactivate",
@@ -131,7 +129,7 @@ def _deactivate_without_grant(user: AbstractUser | None, actor: Actor) -> None:
         user.is_staff = False
         user.save(update_fields=["is_active", "is_staff"])
         SsoIdentity.objects.filter(user=user).update(deactivated_by_sso=True)
-        change.note = {"reason": "no group of theirs is mapped to Sluice"}
+        change.note = {"reason": reason}
 
 
 def _no_access(account: ProviderAccount) -> SignInRefused:
@@ -180,8 +178,8 @@ def sso_sign_in(*, account: ProviderAccount, config: SsoConfig) -> AbstractUser:
     grant = grant_for(list(account.groups), rules)
     with transaction.atomic():
         user = _linked_user(account, config)
-        if grant is None:
-            _deactivate_without_grant(user, actor)
+        if grant is None and user is not None and (user.is_active or user.is_staff):
+            _sso_deactivate(user, actor, "no group of theirs is mapped to Sluice")
     if grant is None:  # refused once the deactivation is committed
         raise _no_access(account)
     team = None
@@ -259,22 +257,10 @@ def sso_sweep(*, idle_days: int, apply: bool, actor: Actor) -> list[Swept]:
 
 @transaction.atomic
 def _deprovision(user: AbstractUser, live: Any, actor: Actor, idle_days: int) -> int:
-    member = Member.objects.filter(user=user).first()
-    reason = {"reason": f"no sign-in through the provider for {idle_days} days"}
+    reason = f"no sign-in through the provider for {idle_days} days"
     revoked = 0
     for prefix in live.values_list("prefix", flat=True):
-        key_revoke(prefix=prefix, actor=actor, note=reason)
+        key_revoke(prefix=prefix, actor=actor, note={"reason": reason})
         revoked += 1
-    with recorded_change(
-        actor=actor,
-        action="member.deactivate",
-        obj=user,
-        snapshot=_snapshot,
-        object_type="member",
-        team_id=_team_of(member),
-    ) as change:
-        user.is_active = False
-        user.save(update_fields=["is_active"])
-        SsoIdentity.objects.filter(user=user).update(deactivated_by_sso=True)
-        change.note = reason
+    _sso_deactivate(user, actor, reason)
     return revoked
