@@ -125,10 +125,11 @@ def _sso_deactivate(user: AbstractUser, actor: Actor, reason: str) -> None:
         object_type="member",
         team_id=_team_of(Member.objects.filter(user=user).first()),
     ) as change:
+        if user.is_active:  # one an admin deactivated stays theirs to let back in
+            SsoIdentity.objects.filter(user=user).update(deactivated_by_sso=True)
         user.is_active = False
         user.is_staff = False
         user.save(update_fields=["is_active", "is_staff"])
-        SsoIdentity.objects.filter(user=user).update(deactivated_by_sso=True)
         change.note = {"reason": reason}
 
 
