@@ -1,15 +1,12 @@
 """The config file's `[sso]` table, checked before anything is written (docs/sso.md).
 Pure: the result is what `accounts.sso_services.sso_config_apply` stores."""
 
-import re
 from typing import Any
 from urllib.parse import urlsplit
 
 from accounts.sso_rules import RuleError, claim_path_check, rules_from
+from accounts.validators import ENV_NAME, OWN_SECRETS
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Sluice's own secrets are never sent to a provider as its client secret.
-_NEVER = frozenset({"DATABASE_URL", "REDIS_URL", "SLUICE_SECRET_KEY", "SLUICE_METRICS_TOKEN"})
 _FIELDS = {
     "enabled",
     "display_name",
@@ -54,7 +51,7 @@ def sso_section_check(raw: Any) -> dict[str, Any]:
     if not isinstance(enabled, bool):
         raise RuleError("sso.enabled must be true or false")
     secret_env = _text(raw, "client_secret_env", limit=128)
-    if not _ENV_NAME.fullmatch(secret_env) or secret_env in _NEVER:
+    if not ENV_NAME.fullmatch(secret_env) or secret_env in OWN_SECRETS:
         raise RuleError(
             "sso.client_secret_env must name the environment variable holding the client "
             "secret (not the secret itself, and none of Sluice's own)"

@@ -14,6 +14,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from accounts.models import MAX_CACHE_TTL_SECONDS, Fallback, Member, PriorityClass
 from accounts.windows import normalize_windows
 
+# An environment variable's name, where config names one that holds a secret.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Sluice's own secrets: never sent anywhere as an upstream key or a provider's client secret.
+OWN_SECRETS = frozenset({"DATABASE_URL", "REDIS_URL", "SLUICE_SECRET_KEY", "SLUICE_METRICS_TOKEN"})
+
 
 class Invalid(ValueError):
     """A value that breaks a rule. `template` may name the field as `{label}`."""

@@ -57,9 +57,14 @@ def actor_of(request: HttpRequest) -> Actor:
 def redirect_back(request: HttpRequest, default: str) -> HttpResponse:
     """To the form's `next` if it is a page of this console, else to `default` (a URL
     name): never to another site (`next=https://evil.example/`, `//evil.example`)."""
-    back = request.POST.get("next", "")
-    if back and url_has_allowed_host_and_scheme(
-        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    back = safe_next(request, request.POST.get("next", ""))
+    return redirect(back or default)
+
+
+def safe_next(request: HttpRequest, value: str) -> str:
+    """`value` when it is a page of this console, else "" (never another site)."""
+    if value and url_has_allowed_host_and_scheme(
+        value, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
-        return redirect(back)
-    return redirect(default)
+        return value
+    return ""

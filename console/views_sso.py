@@ -11,13 +11,13 @@ from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
 from accounts.models import SsoConfig
 from accounts.selectors import sso_config
 from accounts.sso_client import authorize_redirect, provider_account
 from accounts.sso_services import SignInRefused, sso_sign_in
+from console.access import safe_next
 from console.forms import LoginForm
 
 log = logging.getLogger("sluice.auth")
@@ -42,14 +42,6 @@ class SluiceLoginView(LoginView):
         return context
 
 
-def _safe_next(request: HttpRequest, value: str) -> str:
-    if value and url_has_allowed_host_and_scheme(
-        value, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return value
-    return ""
-
-
 def _configured() -> SsoConfig:
     config = sso_config()
     if config is None:
@@ -69,7 +61,7 @@ def _refusal(request: HttpRequest, refused: SignInRefused) -> HttpResponse:
 @require_GET
 def sso_start(request: HttpRequest) -> HttpResponse:
     config = _configured()
-    request.session[_NEXT] = _safe_next(request, request.GET.get("next", ""))
+    request.session[_NEXT] = safe_next(request, request.GET.get("next", ""))
     callback = config.redirect_uri or request.build_absolute_uri(reverse("console:sso_callback"))
     # "Sign in as someone else" (the refusal page): the provider asks again, whoever its
     # session says is signed in.
@@ -88,7 +80,7 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
         user = sso_sign_in(account=account, config=config)
     except SignInRefused as refused:
         return _refusal(request, refused)
-    goto = _safe_next(request, request.session.pop(_NEXT, ""))
+    goto = safe_next(request, request.session.pop(_NEXT, ""))
     login(request, user, backend="accounts.password_backend.PasswordBackend")
     log.info("sso sign-in: %s (groups: %s)", user.email, ", ".join(account.groups) or "none")
     return redirect(goto or settings.LOGIN_REDIRECT_URL)

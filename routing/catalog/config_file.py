@@ -8,7 +8,6 @@ file does not mention are left as they are. Upstream secrets are referenced by e
 variable name (`api_key_env`), never written in the file or the database.
 """
 
-import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable
@@ -155,11 +154,6 @@ _KEY_FIELD = {
 
 
 _SLUG_KEYED = {"upstreams", "deployments", "teams", "applications"}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Never an upstream key, whatever SLUICE_UPSTREAM_KEY_ENV says: Sluice's own secrets.
-_NEVER_UPSTREAM_KEYS = frozenset(
-    {"DATABASE_URL", "REDIS_URL", "SLUICE_SECRET_KEY", "SLUICE_METRICS_TOKEN"}
-)
 
 
 def api_key_env_allowed(name: str) -> bool:
@@ -167,7 +161,7 @@ def api_key_env_allowed(name: str) -> bool:
     or prefixes ending in `*`; default `SLUICE_UPSTREAM_*,OPENAI_API_KEY,ANTHROPIC_API_KEY`)
     and is none of Sluice's own secrets. Anyone who may apply config chooses where the key
     is sent, so this keeps them from sending DATABASE_URL or SLUICE_SECRET_KEY upstream."""
-    if not _ENV_NAME.fullmatch(name) or name in _NEVER_UPSTREAM_KEYS:
+    if not validators.ENV_NAME.fullmatch(name) or name in validators.OWN_SECRETS:
         return False
     for allowed in settings.SLUICE_UPSTREAM_KEY_ENV:
         if name == allowed or (allowed.endswith("*") and name.startswith(allowed[:-1])):
@@ -272,7 +266,7 @@ def _check_values(where: str, section: str, e: dict[str, Any]) -> None:
             fail(f"'kind' must be one of {', '.join(Upstream.Kind.values)}")
         if not all(0 < e[t] <= 3600 for t in ("connect_timeout", "read_timeout")):
             fail("timeouts must be between 0 and 3600 seconds")
-        if e["api_key_env"] and not _ENV_NAME.fullmatch(e["api_key_env"]):
+        if e["api_key_env"] and not validators.ENV_NAME.fullmatch(e["api_key_env"]):
             fail("'api_key_env' is the NAME of an environment variable, e.g. OPENAI_API_KEY")
         if e["api_key_env"] and not api_key_env_allowed(e["api_key_env"]):
             fail(
