@@ -16,10 +16,12 @@ from routing.deployment_state.interface import (
     granted_within,
 )
 from routing.deployment_state.rules import (
+    ACTIVE_WITHIN,
     BUDGET_BUCKET,
     BUDGET_BUCKETS,
     FLOOR,
     allowed_slots,
+    at_fair_share,
     cut,
     cut_was_a_hang,
     need,
@@ -426,8 +428,20 @@ class LocalDeploymentState:
             if asked is not None and not asked.done():
                 asked.set_result(None)
 
+    @staticmethod
+    def _at_fair_share(d: _Deployment, allowed: int, now: float) -> set[str]:
+        """Members kept off the last free slots (slot_policy rule 7)."""
+        held: dict[str, int] = {}
+        for slot, h in d.held.items():
+            if slot in d.slots:
+                held[h.member] = held.get(h.member, 0) + 1
+        active = set(held) | set(d.queues[INTERACTIVE]) | set(d.queues[BATCH])
+        active.update(m for m, (_, at) in d.service.items() if at >= now - ACTIVE_WITHIN)
+        return at_fair_share(allowed, allowed - len(d.slots), held, len(active))
+
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
         latest = now + d.need()  # a waiter whose deadline is sooner could not finish
+        kept_off = self._at_fair_share(d, allowed, now)
         for priority in (INTERACTIVE, BATCH):
             members = d.queues[priority]
             if not members:
@@ -447,6 +461,10 @@ class LocalDeploymentState:
                     head = next(iter(queue.values()))
                 else:
                     heads.append(head)
+            if heads and kept_off:
+                heads = [w for w in heads if w.member not in kept_off]
+                if not heads:
+                    return None  # batch neither: it would pass a waiting interactive call
             if heads:
                 # Least recent service first; ties to the member with the fewest calls
                 # waiting, so nobody queues behind a backlog someone else made; then the

@@ -182,19 +182,55 @@ local function less(a, b)  -- lexicographic, for sort keys
   return false
 end
 
+-- Members kept off the last free slots (slot_policy rule 7, rules.at_fair_share): with at
+-- most FAIR_HEADROOM free and another member active, those holding their fair share.
+local function at_fair_share(allowed)
+  local free = allowed - redis.call('ZCARD', K_SLOTS)
+  if free > FAIR_HEADROOM then return {} end
+  local held, active, n = {}, {}, 0
+  local function seen(m)
+    if not active[m] then active[m], n = true, n + 1 end
+  end
+  local holders = redis.call('HVALS', K_HELD)
+  for i = 1, #holders do
+    local m = split(holders[i])[2]
+    held[m] = (held[m] or 0) + 1
+    seen(m)
+  end
+  for _, class in ipairs({'interactive', 'batch'}) do
+    local counts = redis.call('HKEYS', K_MEMBERS[class])
+    for i = 1, #counts do seen(counts[i]) end
+  end
+  local served = redis.call('HGETALL', K_SERVICE)
+  for i = 1, #served, 2 do
+    local sep = string.find(served[i + 1], '|', 1, true)
+    if sep and tonumber(string.sub(served[i + 1], sep + 1)) >= now - ACTIVE_WITHIN then
+      seen(served[i])
+    end
+  end
+  local out = {}
+  if n < 2 then return out end
+  for m, count in pairs(held) do
+    if count >= allowed / n then out[m] = true end
+  end
+  return out
+end
+
 -- Least service first; ties to the member with the fewest calls waiting, then the longest
--- wait (slot_policy rule 2).
-local function fairest(class, latest)
-  local best, best_key = nil, nil
+-- wait (slot_policy rule 2); none of the members `kept_off` (and then whether one of
+-- theirs waits).
+local function fairest(class, latest, kept_off)
+  local best, best_key, blocked = nil, nil, false
   local counts = redis.call('HGETALL', K_MEMBERS[class])
   for i = 1, #counts, 2 do
     local slot, since = oldest_of(class, counts[i], latest)
+    if slot and kept_off[counts[i]] then slot, blocked = nil, true end
     if slot then
       local key = {service_of(counts[i]), tonumber(counts[i + 1]), since}
       if best == nil or less(key, best_key) then best, best_key = slot, key end
     end
   end
-  return best
+  return best, blocked
 end
 
 -- `handed`: the slot is one a preempted call just gave back (its upstream may not have
@@ -244,12 +280,14 @@ local function dispatch(quiet, handed)
   local granted, woken = {}, {}
   while redis.call('ZCARD', K_SLOTS) < allowed do
     local slot = nil
+    local kept_off, blocked = at_fair_share(allowed), false
     if redis.call('HLEN', K_MEMBERS.interactive) > 0 then
-      slot = fairest('interactive', latest)
+      slot, blocked = fairest('interactive', latest, kept_off)
     end
+    if blocked and not slot then break end  -- batch neither: it would pass that call
     if not slot and redis.call('HLEN', K_MEMBERS.batch) > 0
        and redis.call('ZCARD', K_BATCH) < batch_cap(allowed) then
-      slot = fairest('batch', latest)
+      slot = fairest('batch', latest, kept_off)
     end
     if not slot then break end
     grant(slot, handed)

@@ -21,6 +21,8 @@ NEED_DEVIATIONS = 3.0  # a call needs mean + 3 deviations of its deadline left t
 HANG_FACTOR = 3.0  # an attempt cut by the call's deadline after this many times `need` hung
 FIRST_OPEN = 10.0  # seconds a breaker first stays open; doubled per failed probe, to the cap
 SERVICE_HALF_LIFE = 2.0  # seconds: fair share weighs a member's service by how recent it is
+FAIR_HEADROOM = 1  # the last free slots a member at its fair share may not take (fair_share)
+ACTIVE_WITHIN = 4.0  # seconds: a member granted a slot this recently counts as active
 DOUBLINGS = 30  # past this many the doubling stops (the cap has long won): no float overflow
 
 # Every constant the Lua scripts use, by the name they use it under.
@@ -42,6 +44,8 @@ LUA_CONSTANTS: dict[str, float | int] = {
     "FIRST_OPEN": FIRST_OPEN,
     "DOUBLINGS": DOUBLINGS,
     "SERVICE_HALF_LIFE": SERVICE_HALF_LIFE,
+    "FAIR_HEADROOM": FAIR_HEADROOM,
+    "ACTIVE_WITHIN": ACTIVE_WITHIN,
 }
 
 
@@ -113,3 +117,15 @@ def recent(value: float, at: float, now: float) -> float:
     member's call is not put behind a loud member's, and a member back from a long idle
     spell has banked no more than a few seconds' worth of credit."""
     return value * 2 ** (-max(0.0, now - at) / SERVICE_HALF_LIFE)
+
+
+def at_fair_share(allowed: int, free: int, held: dict[str, int], active: int) -> set[str]:
+    """Members that may not take one of the last FAIR_HEADROOM free slots: those holding
+    their fair share (`allowed` over the `active` members) or more, while another member
+    is active. Those slots are kept for a member below its share, so that a quiet member's
+    call finds one free instead of waiting for a loud member's call to end; alone, a member
+    takes every slot."""
+    if free > FAIR_HEADROOM or active < 2:
+        return set()
+    share = allowed / active
+    return {member for member, n in held.items() if n >= share}

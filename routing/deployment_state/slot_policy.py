@@ -9,7 +9,8 @@
        every rules.SERVICE_HALF_LIFE seconds), ties to the member with the fewest calls
        waiting (nobody is put behind a backlog it did not make), then to the longest wait;
     3. within a member, first come, first served;
-    4. work conserving: while a slot is free and an eligible request waits, it is granted;
+    4. work conserving: while a slot is free and an eligible request waits (rule 7), it is
+       granted;
     5. preemption: while an interactive request waits for a full deployment, the youngest
        batch calls there that may be preempted (the batch runner's lines) are asked to give
        their slots back, one per waiting interactive request not yet covered: the holder
@@ -19,7 +20,11 @@
        the deployment's recent latency (rules.need: mean + 3 deviations of the time to an
        answer's head); one that can no longer finish leaves the queue unserved (503 with
        Retry-After), and one whose wait ends before the calls fair share serves ahead of
-       it would be (`expected_wait`) is refused when it arrives instead of queueing in vain.
+       it would be (`expected_wait`) is refused when it arrives instead of queueing in vain;
+    7. headroom for the others: the last free slot (rules.FAIR_HEADROOM) goes to no member
+       already holding its fair share while another member is active (rules.at_fair_share),
+       and then to no batch call while a kept-off interactive call waits: a quiet member's
+       call finds a slot free instead of waiting for a loud member's to end.
 
 Service counts by how recent it is, not in total: a quiet member's calls go before a loud
 member's backlog at once, and a long idle spell banks no more credit than a few seconds of

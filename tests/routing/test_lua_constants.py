@@ -69,6 +69,8 @@ def test_the_table_holds_the_rules_own_values():
         "FIRST_OPEN": rules.FIRST_OPEN,
         "DOUBLINGS": rules.DOUBLINGS,
         "SERVICE_HALF_LIFE": rules.SERVICE_HALF_LIFE,
+        "FAIR_HEADROOM": rules.FAIR_HEADROOM,
+        "ACTIVE_WITHIN": rules.ACTIVE_WITHIN,
     }
 
 

@@ -172,6 +172,37 @@ async def test_a_member_alone_gets_every_slot(state, name):
     assert (await d.snapshot()).in_flight == 3  # never an idle slot while someone waits
 
 
+async def test_a_member_at_its_fair_share_leaves_the_last_free_slot_for_the_others(state, name):
+    """Four slots, two members active: a share of two each. The loud member, holding two,
+    queues for the last free slot instead of taking it; a quiet member's call then finds
+    it free at once. Once nobody else has been served for a while the loud member takes it."""
+    d = Deployment(state, name, limits(4))
+    assert (await d.ask("q1", member="quiet")).admitted
+    assert (await d.ask("l1", member="loud")).admitted
+    assert (await d.ask("l2", member="loud")).admitted
+    assert (await d.ask("l3", member="loud")).queued  # one slot free, kept
+    assert (await d.snapshot()).in_flight == 3
+    assert (await d.ask("q2", member="quiet")).admitted  # no wait for the quiet member
+    await d.done("q1")
+    await d.done("q2")
+    assert await d.granted("l3") == ["l3"]  # held 2 of a share of 2, 2 free: not the last
+    d.now += 10  # the quiet member no longer counts as active
+    assert (await d.ask("l4", member="loud")).admitted
+    assert (await d.snapshot()).in_flight == 4
+
+
+async def test_a_kept_slot_goes_to_no_batch_call_while_an_interactive_one_waits(state, name):
+    d = Deployment(state, name, limits(4))
+    assert (await d.ask("q1", member="quiet")).admitted
+    for slot in ("l1", "l2"):
+        assert (await d.ask(slot, member="loud")).admitted
+    assert (await d.ask("l3", member="loud")).queued  # interactive, kept off the last slot
+    assert (await d.ask("qb", BATCH, member="quiet")).queued  # would pass l3: an inversion
+    assert (await d.ask("q2", member="quiet")).admitted  # interactive, below its share
+    await d.done("l1")
+    assert await d.granted("l3", "qb") == ["l3"]
+
+
 async def test_a_waiter_past_its_wait_limit_is_not_granted(state, name):
     d = Deployment(state, name, limits(1))
     assert (await d.ask("holder")).admitted
