@@ -12,7 +12,8 @@ The rules (docs/admission.md tells them for users):
   it to 70 % (rounded, by at least one, never below the floor, 1), at most once per round
   trip as TCP does: only a call sent after the last cut can cut again; the errors of calls
   that were already in flight belong to the same congestion. A limit's worth of successes
-  raises it by 1, up to max concurrency.
+  raises it by 1, up to max concurrency; an error that meets such a raise steps back to
+  where it began instead (rules.after_capacity_error).
 - own concurrency is not a breaker signal: a capacity error while the limit is above its
   floor, or of a call sent before the last cut, is "congested" (`release` says so: the call
   queues again for a slot at the lower limit) and leaves the breaker alone.

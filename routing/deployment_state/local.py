@@ -20,9 +20,9 @@ from routing.deployment_state.rules import (
     BUDGET_BUCKET,
     BUDGET_BUCKETS,
     FLOOR,
+    after_capacity_error,
     allowed_slots,
     at_fair_share,
-    cut,
     cut_was_a_hang,
     need,
     next_hold,
@@ -63,6 +63,7 @@ class _Deployment:
     half_successes: int = 0
     limit: float | None = None
     cut_at: float = 0.0  # when the limit was last cut
+    raised_from: float = 0.0  # the limit before its last raise (0: cut since)
     streak: int = 0
     reason: str = ""
     slots: dict[str, float] = field(default_factory=dict)  # slot -> lease expiry
@@ -225,7 +226,8 @@ class LocalDeploymentState:
                     d.mode, d.reason, d.opens = "closed", "", 0
             d.streak += 1
             if d.streak >= math.floor(d.limit or 1):
-                d.limit = raised(d.limit or 1, limits.max_concurrency)
+                d.raised_from = d.limit or 1
+                d.limit = raised(d.raised_from, limits.max_concurrency)
                 d.streak = 0
         elif result is not Result.NEUTRAL:
             counts = not repeat
@@ -235,7 +237,8 @@ class LocalDeploymentState:
                 if since < d.cut_at:
                     congested = True  # sent before the last cut: that cut answered it
                 elif limit > FLOOR:
-                    d.limit, d.cut_at, d.streak = cut(limit), now, 0
+                    d.limit, d.cut_at, d.streak = after_capacity_error(limit, d.raised_from), now, 0
+                    d.raised_from = 0.0
                     congested = True
                 counts = counts and not congested
             if counts:

@@ -45,12 +45,13 @@ if held then
 end
 if result ~= 'neutral' then
   local st = redis.call('HMGET', K_STATE, 'mode', 'failures', 'half_successes', 'limit',
-                        'streak', 'reason', 'open_until', 'cut_at', 'opens')
+                        'streak', 'reason', 'open_until', 'cut_at', 'opens', 'raised_from')
   local mode, reason = st[1] or 'closed', st[6] or ''
   local failures, half = tonumber(st[2] or '0'), tonumber(st[3] or '0')
   local limit = math.min(tonumber(st[4] or maxc), maxc)
   local streak, open_until = tonumber(st[5] or '0'), tonumber(st[7] or '0')
   local cut_at, opens = tonumber(st[8] or '0'), tonumber(st[9] or '0')
+  local raised_from = tonumber(st[10] or '0')
   if result == 'success' then
     failures = 0
     if mode == 'half_open' then
@@ -58,15 +59,23 @@ if result ~= 'neutral' then
       if half >= close_after then mode, reason, opens = 'closed', '', 0 end
     end
     streak = streak + 1
-    if streak >= math.floor(limit) then limit, streak = math.min(maxc, limit + 1), 0 end
+    if streak >= math.floor(limit) then
+      raised_from = limit
+      limit, streak = math.min(maxc, limit + 1), 0
+    end
   else
     local counts = not repeat_
     if result == 'capacity' and mode == 'closed' then
       if since < cut_at then
         congested = true
       elseif limit > FLOOR then
-        limit = math.max(FLOOR, math.min(limit - 1, math.floor(limit * CUT + 0.5)))
-        cut_at, streak = now, 0
+        -- rules.after_capacity_error: back to where the last raise began, else the cut
+        if raised_from > 0 and raised_from < limit then
+          limit = raised_from
+        else
+          limit = math.max(FLOOR, math.min(limit - 1, math.floor(limit * CUT + 0.5)))
+        end
+        cut_at, streak, raised_from = now, 0, 0
         congested = true
       end
       if congested then counts = false end
@@ -81,7 +90,7 @@ if result ~= 'neutral' then
   end
   redis.call('HSET', K_STATE, 'mode', mode, 'failures', failures, 'half_successes', half,
              'limit', limit, 'streak', streak, 'reason', reason, 'open_until', open_until,
-             'cut_at', cut_at, 'opens', opens)
+             'cut_at', cut_at, 'opens', opens, 'raised_from', raised_from)
 end
 dispatch(nil, handing)
 preempt_if_full()

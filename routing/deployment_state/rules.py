@@ -54,6 +54,15 @@ def cut(limit: float) -> float:
     return max(FLOOR, min(limit - 1, math.floor(limit * CUT + 0.5)))
 
 
+def after_capacity_error(limit: float, raised_from: float) -> float:
+    """The limit after a capacity error: back to the level it was last raised from when the
+    error met that raise (the probe above what worked found the provider's edge), else
+    `cut`. Stepping back one keeps a deployment sized too large at its provider's capacity
+    where a cut to 70 % every probe would idle a sixth of it; a second error at the level
+    stepped back to cuts (the provider really has less)."""
+    return raised_from if 0 < raised_from < limit else cut(limit)
+
+
 def raised(limit: float, max_concurrency: int) -> float:
     """The limit after a limit's worth of successes in a row."""
     return min(float(max_concurrency), limit + 1)

@@ -214,6 +214,20 @@ async def test_capacity_errors_cut_the_limit_and_successes_grow_it_back(state, n
     assert (await state.snapshot(name, limits, now=T0)).limit == 10  # never above max
 
 
+async def test_a_capacity_error_just_after_a_raise_steps_back_one_not_to_70_percent(state, name):
+    """Sized too large for its provider (8 of 10): a raise to 9 meets "at capacity", and
+    the limit goes back to 8, where it worked, not to 6; a second error there cuts."""
+    limits = Limits(max_concurrency=10, threshold=100)
+    await _call(state, name, Result.CAPACITY, limits=limits)  # 10 -> 7
+    for _ in range(7 + 8):  # a limit's worth of successes each: 7 -> 8 -> 9
+        await _call(state, name, Result.SUCCESS, limits=limits)
+    assert (await state.snapshot(name, limits, now=T0)).limit == 9
+    await _call(state, name, Result.CAPACITY, limits=limits)
+    assert (await state.snapshot(name, limits, now=T0)).limit == 8  # back one
+    await _call(state, name, Result.CAPACITY, limits=limits)
+    assert (await state.snapshot(name, limits, now=T0)).limit == 6  # 5.6, rounded
+
+
 async def test_no_more_in_flight_than_the_effective_limit(state, name):
     limits = Limits(max_concurrency=3)
     slots = [f"s{i}" for i in range(3)]
