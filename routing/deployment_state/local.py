@@ -22,8 +22,9 @@ from routing.deployment_state.rules import (
     FLOOR,
     after_capacity_error,
     allowed_slots,
-    at_fair_share,
     cut_was_a_hang,
+    headroom,
+    loudest,
     need,
     next_hold,
     next_latency,
@@ -432,19 +433,19 @@ class LocalDeploymentState:
                 asked.set_result(None)
 
     @staticmethod
-    def _at_fair_share(d: _Deployment, allowed: int, now: float) -> set[str]:
-        """Members kept off the last free slots (slot_policy rule 7)."""
-        held: dict[str, int] = {}
-        for slot, h in d.held.items():
-            if slot in d.slots:
-                held[h.member] = held.get(h.member, 0) + 1
-        active = set(held) | set(d.queues[INTERACTIVE]) | set(d.queues[BATCH])
-        active.update(m for m, (_, at) in d.service.items() if at >= now - ACTIVE_WITHIN)
-        return at_fair_share(allowed, allowed - len(d.slots), held, len(active))
+    def _loudest(d: _Deployment, allowed: int, now: float) -> str | None:
+        """The member kept off the last free slots (slot_policy rule 7)."""
+        free = allowed - len(d.slots)
+        if free > headroom(allowed):
+            return None
+        active = {m for m, (_, at) in d.service.items() if at >= now - ACTIVE_WITHIN}
+        active.update(h.member for h in d.held.values())
+        active.update(d.queues[INTERACTIVE], d.queues[BATCH])
+        return loudest(allowed, free, {m: d.recent(m, now) for m in active})
 
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
         latest = now + d.need()  # a waiter whose deadline is sooner could not finish
-        kept_off = self._at_fair_share(d, allowed, now)
+        kept_off = self._loudest(d, allowed, now)
         for priority in (INTERACTIVE, BATCH):
             members = d.queues[priority]
             if not members:
@@ -465,7 +466,7 @@ class LocalDeploymentState:
                 else:
                     heads.append(head)
             if heads and kept_off:
-                heads = [w for w in heads if w.member not in kept_off]
+                heads = [w for w in heads if w.member != kept_off]
                 if not heads:
                     return None  # batch neither: it would pass a waiting interactive call
             if heads:

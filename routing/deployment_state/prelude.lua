@@ -182,24 +182,16 @@ local function less(a, b)  -- lexicographic, for sort keys
   return false
 end
 
--- Members kept off the last free slots (slot_policy rule 7, rules.at_fair_share): with at
--- most FAIR_HEADROOM free and another member active, those holding their fair share.
-local function at_fair_share(allowed)
+-- The member kept off the last free slots (slot_policy rule 7, rules.loudest): with at
+-- most the headroom free, of the members active here the one served most, when that is
+-- LOUD_FACTOR times the average or more.
+local function loudest(allowed)
   local free = allowed - redis.call('ZCARD', K_SLOTS)
-  if free > FAIR_HEADROOM then return {} end
-  local held, active, n = {}, {}, 0
+  -- rules.headroom: FAIR_HEADROOM, at most a share of the limit
+  if free > math.min(FAIR_HEADROOM, math.floor(allowed * HEADROOM_SHARE)) then return nil end
+  local active, n = {}, 0
   local function seen(m)
-    if not active[m] then active[m], n = true, n + 1 end
-  end
-  local holders = redis.call('HVALS', K_HELD)
-  for i = 1, #holders do
-    local m = split(holders[i])[2]
-    held[m] = (held[m] or 0) + 1
-    seen(m)
-  end
-  for _, class in ipairs({'interactive', 'batch'}) do
-    local counts = redis.call('HKEYS', K_MEMBERS[class])
-    for i = 1, #counts do seen(counts[i]) end
+    if not active[m] then active[m], n = service_of(m), n + 1 end
   end
   local served = redis.call('HGETALL', K_SERVICE)
   for i = 1, #served, 2 do
@@ -208,23 +200,31 @@ local function at_fair_share(allowed)
       seen(served[i])
     end
   end
-  local out = {}
-  if n < 2 then return out end
-  for m, count in pairs(held) do
-    if count >= allowed / n then out[m] = true end
+  local holders = redis.call('HVALS', K_HELD)
+  for i = 1, #holders do seen(split(holders[i])[2]) end
+  for _, class in ipairs({'interactive', 'batch'}) do
+    local members = redis.call('HKEYS', K_MEMBERS[class])
+    for i = 1, #members do seen(members[i]) end
   end
-  return out
+  if n < 2 then return nil end
+  local top, total = nil, 0
+  for m, s in pairs(active) do
+    total = total + s
+    if top == nil or s > active[top] then top = m end
+  end
+  if active[top] >= LOUD_FACTOR * total / n then return top end
+  return nil
 end
 
 -- Least service first; ties to the member with the fewest calls waiting, then the longest
--- wait (slot_policy rule 2); none of the members `kept_off` (and then whether one of
--- theirs waits).
+-- wait (slot_policy rule 2); not the member `kept_off` (and then whether one of theirs
+-- waits).
 local function fairest(class, latest, kept_off)
   local best, best_key, blocked = nil, nil, false
   local counts = redis.call('HGETALL', K_MEMBERS[class])
   for i = 1, #counts, 2 do
     local slot, since = oldest_of(class, counts[i], latest)
-    if slot and kept_off[counts[i]] then slot, blocked = nil, true end
+    if slot and counts[i] == kept_off then slot, blocked = nil, true end
     if slot then
       local key = {service_of(counts[i]), tonumber(counts[i + 1]), since}
       if best == nil or less(key, best_key) then best, best_key = slot, key end
@@ -280,7 +280,7 @@ local function dispatch(quiet, handed)
   local granted, woken = {}, {}
   while redis.call('ZCARD', K_SLOTS) < allowed do
     local slot = nil
-    local kept_off, blocked = at_fair_share(allowed), false
+    local kept_off, blocked = loudest(allowed), false
     if redis.call('HLEN', K_MEMBERS.interactive) > 0 then
       slot, blocked = fairest('interactive', latest, kept_off)
     end

@@ -21,8 +21,10 @@ NEED_DEVIATIONS = 3.0  # a call needs mean + 3 deviations of its deadline left t
 HANG_FACTOR = 3.0  # an attempt cut by the call's deadline after this many times `need` hung
 FIRST_OPEN = 10.0  # seconds a breaker first stays open; doubled per failed probe, to the cap
 SERVICE_HALF_LIFE = 2.0  # seconds: fair share weighs a member's service by how recent it is
-FAIR_HEADROOM = 1  # the last free slots a member at its fair share may not take (fair_share)
-ACTIVE_WITHIN = 4.0  # seconds: a member granted a slot this recently counts as active
+FAIR_HEADROOM = 2  # the last free slots the loudest member may not take (loudest)
+HEADROOM_SHARE = 0.25  # and at most this share of the limit
+LOUD_FACTOR = 1.5  # times the average recent service that makes a member the loud one
+ACTIVE_WITHIN = 4.0  # seconds: a member served this recently counts as active
 DOUBLINGS = 30  # past this many the doubling stops (the cap has long won): no float overflow
 
 # Every constant the Lua scripts use, by the name they use it under.
@@ -45,6 +47,8 @@ LUA_CONSTANTS: dict[str, float | int] = {
     "DOUBLINGS": DOUBLINGS,
     "SERVICE_HALF_LIFE": SERVICE_HALF_LIFE,
     "FAIR_HEADROOM": FAIR_HEADROOM,
+    "LOUD_FACTOR": LOUD_FACTOR,
+    "HEADROOM_SHARE": HEADROOM_SHARE,
     "ACTIVE_WITHIN": ACTIVE_WITHIN,
 }
 
@@ -128,13 +132,20 @@ def recent(value: float, at: float, now: float) -> float:
     return value * 2 ** (-max(0.0, now - at) / SERVICE_HALF_LIFE)
 
 
-def at_fair_share(allowed: int, free: int, held: dict[str, int], active: int) -> set[str]:
-    """Members that may not take one of the last FAIR_HEADROOM free slots: those holding
-    their fair share (`allowed` over the `active` members) or more, while another member
-    is active. Those slots are kept for a member below its share, so that a quiet member's
-    call finds one free instead of waiting for a loud member's call to end; alone, a member
-    takes every slot."""
-    if free > FAIR_HEADROOM or active < 2:
-        return set()
-    share = allowed / active
-    return {member for member, n in held.items() if n >= share}
+def headroom(allowed: int) -> int:
+    """Free slots kept from the loudest member: FAIR_HEADROOM, at most a quarter of the
+    limit (a deployment of 1 to 3 slots keeps none: the loud member would get nothing)."""
+    return min(FAIR_HEADROOM, int(allowed * HEADROOM_SHARE))
+
+
+def loudest(allowed: int, free: int, service: dict[str, float]) -> str | None:
+    """The member kept off the last `headroom` free slots: of the members active at the
+    deployment (their recent service), the one served most, when that is LOUD_FACTOR times
+    the average or more. Those slots stay for the others, so that a quiet member's call
+    finds one free instead of waiting for a loud member's call to end; members served
+    alike keep none, and a member alone takes every slot."""
+    if free > headroom(allowed) or len(service) < 2:
+        return None
+    member = max(service, key=lambda m: service[m])
+    average = sum(service.values()) / len(service)
+    return member if service[member] >= LOUD_FACTOR * average else None

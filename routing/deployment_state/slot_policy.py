@@ -1,36 +1,30 @@
 """Who gets a deployment's next free slot (docs/routing.md, priority admission).
 
-    1. interactive before batch: batch is admitted only while no interactive request waits
-       for the deployment, and only while batch holds fewer than `batch_cap` slots (the
-       rest is a reserve kept for interactive traffic);
-    2. within a class, the member who has received the least recent weighted service goes
-       first (tokens in + 2 x tokens out, as the Virtual Token Counter of "Fairness in
-       Serving Large Language Models", OSDI 2024, counts them; each member's sum halves
-       every rules.SERVICE_HALF_LIFE seconds), ties to the member with the fewest calls
-       waiting (nobody is put behind a backlog it did not make), then to the longest wait;
-    3. within a member, first come, first served;
-    4. work conserving: while a slot is free and an eligible request waits (rule 7), it is
-       granted;
-    5. preemption: while an interactive request waits for a full deployment, the youngest
-       batch calls there that may be preempted (the batch runner's lines) are asked to give
-       their slots back, one per waiting interactive request not yet covered: the holder
-       cancels its upstream request and frees the slot, which goes to the interactive
-       request; the line runs again later. The youngest has done the least work;
-    6. deadlines decide admission: a slot goes only to a call whose deadline still covers
-       the deployment's recent latency (rules.need: mean + 3 deviations of the time to an
-       answer's head); one that can no longer finish leaves the queue unserved (503 with
-       Retry-After), and one whose wait ends before the calls fair share serves ahead of
-       it would be (`expected_wait`) is refused when it arrives instead of queueing in vain;
-    7. headroom for the others: the last free slot (rules.FAIR_HEADROOM) goes to no member
-       already holding its fair share while another member is active (rules.at_fair_share),
-       and then to no batch call while a kept-off interactive call waits: a quiet member's
-       call finds a slot free instead of waiting for a loud member's to end.
-
-Service counts by how recent it is, not in total: a quiet member's calls go before a loud
-member's backlog at once, and a long idle spell banks no more credit than a few seconds of
-service (the VTC paper lifts a newcomer to the counters of those waiting instead, which
-puts a quiet member's call level with, and so behind, a loud member's). Both backends
-(routing/deployment_state/local.py, and redis.py in Lua) follow these rules.
+1. interactive before batch: batch is admitted only while no interactive request waits
+   for the deployment, and only while batch holds fewer than `batch_cap` slots (the
+   rest is a reserve kept for interactive traffic);
+2. within a class, the member who has received the least recent weighted service goes
+   first (tokens in + 2 x tokens out, as the Virtual Token Counter of "Fairness in
+   Serving Large Language Models", OSDI 2024, counts them; each member's sum halves
+   every rules.SERVICE_HALF_LIFE seconds), ties to the member with the fewest calls
+   waiting (nobody is put behind a backlog it did not make), then to the longest wait;
+3. within a member, first come, first served;
+4. work conserving: while a slot is free and an eligible request waits (rule 7), it is
+   granted;
+5. preemption: while an interactive request waits for a full deployment, the youngest
+   batch calls there that may be preempted (the batch runner's lines) are asked to give
+   their slots back, one per waiting interactive request not yet covered: the holder
+   cancels its upstream request and frees the slot, which goes to the interactive
+   request; the line runs again later. The youngest has done the least work;
+6. deadlines decide admission: a slot goes only to a call whose deadline still covers
+   the deployment's recent latency (rules.need: mean + 3 deviations of the time to an
+   answer's head); one that can no longer finish leaves the queue unserved (503 with
+   Retry-After), and one whose wait ends before the calls fair share serves ahead of
+   it would be (`expected_wait`) is refused when it arrives instead of queueing in vain;
+7. headroom for the others: the last free slots (rules.FAIR_HEADROOM) go not to the
+   loudest member (served LOUD_FACTOR times the average of the members active there,
+   rules.loudest), and then to no batch call while its interactive call waits: a quiet
+   member's call finds a slot free instead of waiting for a loud member's to end.
 """
 
 import math

@@ -70,6 +70,8 @@ def test_the_table_holds_the_rules_own_values():
         "DOUBLINGS": rules.DOUBLINGS,
         "SERVICE_HALF_LIFE": rules.SERVICE_HALF_LIFE,
         "FAIR_HEADROOM": rules.FAIR_HEADROOM,
+        "LOUD_FACTOR": rules.LOUD_FACTOR,
+        "HEADROOM_SHARE": rules.HEADROOM_SHARE,
         "ACTIVE_WITHIN": rules.ACTIVE_WITHIN,
     }
 

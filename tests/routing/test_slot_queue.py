@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from routing.deployment_state import Limits, Refusal, Result
+from routing.deployment_state.rules import headroom
 from routing.deployment_state.slot_policy import (
     BATCH,
     INTERACTIVE,
@@ -172,35 +173,53 @@ async def test_a_member_alone_gets_every_slot(state, name):
     assert (await d.snapshot()).in_flight == 3  # never an idle slot while someone waits
 
 
-async def test_a_member_at_its_fair_share_leaves_the_last_free_slot_for_the_others(state, name):
-    """Four slots, two members active: a share of two each. The loud member, holding two,
-    queues for the last free slot instead of taking it; a quiet member's call then finds
-    it free at once. Once nobody else has been served for a while the loud member takes it."""
-    d = Deployment(state, name, limits(4))
-    assert (await d.ask("q1", member="quiet")).admitted
-    assert (await d.ask("l1", member="loud")).admitted
-    assert (await d.ask("l2", member="loud")).admitted
-    assert (await d.ask("l3", member="loud")).queued  # one slot free, kept
-    assert (await d.snapshot()).in_flight == 3
-    assert (await d.ask("q2", member="quiet")).admitted  # no wait for the quiet member
-    await d.done("q1")
+async def test_the_loudest_member_leaves_the_last_free_slots_to_the_others(state, name):
+    """Eight slots, a loud member served far more than a quiet one: the loud member queues
+    for the last two free slots instead of taking them, and the quiet member's calls find
+    them free at once. Once the quiet member is gone a while, the loud one takes all."""
+    d = Deployment(state, name, limits(8))
+    assert (await d.ask("q1", member="quiet", cost=10)).admitted
+    for i in range(1, 6):
+        assert (await d.ask(f"l{i}", member="loud")).admitted
+    assert (await d.ask("l6", member="loud")).queued  # two free, kept
+    assert (await d.snapshot()).in_flight == 6
+    for slot in ("q2", "q3"):
+        assert (await d.ask(slot, member="quiet", cost=10)).admitted  # no wait
     await d.done("q2")
-    assert await d.granted("l3") == ["l3"]  # held 2 of a share of 2, 2 free: not the last
+    await d.done("q1")
+    assert await d.granted("l6") == []  # the last two free: still kept
+    await d.done("q3")
+    assert await d.granted("l6") == ["l6"]  # three were free
     d.now += 10  # the quiet member no longer counts as active
-    assert (await d.ask("l4", member="loud")).admitted
+    for slot in ("l7", "l8"):
+        assert (await d.ask(slot, member="loud")).admitted
+    assert (await d.snapshot()).in_flight == 8
+
+
+@pytest.mark.parametrize(("allowed", "kept"), [(1, 0), (3, 0), (4, 1), (8, 2), (64, 2)])
+def test_the_headroom_is_at_most_a_quarter_of_the_limit(allowed, kept):
+    assert headroom(allowed) == kept
+
+
+async def test_members_served_alike_keep_no_slot_free(state, name):
+    d = Deployment(state, name, limits(4))
+    for i, member in enumerate(("a", "b", "a", "b")):
+        assert (await d.ask(f"s{i}", member=member)).admitted
     assert (await d.snapshot()).in_flight == 4
 
 
 async def test_a_kept_slot_goes_to_no_batch_call_while_an_interactive_one_waits(state, name):
-    d = Deployment(state, name, limits(4))
-    assert (await d.ask("q1", member="quiet")).admitted
-    for slot in ("l1", "l2"):
-        assert (await d.ask(slot, member="loud")).admitted
-    assert (await d.ask("l3", member="loud")).queued  # interactive, kept off the last slot
-    assert (await d.ask("qb", BATCH, member="quiet")).queued  # would pass l3: an inversion
-    assert (await d.ask("q2", member="quiet")).admitted  # interactive, below its share
+    d = Deployment(state, name, limits(8))
+    assert (await d.ask("q1", member="quiet", cost=10)).admitted
+    for i in range(1, 6):
+        assert (await d.ask(f"l{i}", member="loud")).admitted
+    assert (await d.ask("l6", member="loud")).queued  # interactive, kept off the last two
+    assert (await d.ask("qb", BATCH, member="quiet", cost=10)).queued  # it would pass l6
+    assert (await d.ask("q2", member="quiet", cost=10)).admitted  # interactive, not loud
     await d.done("l1")
-    assert await d.granted("l3", "qb") == ["l3"]
+    assert await d.granted("l6", "qb") == []
+    await d.done("q1")
+    assert await d.granted("l6", "qb") == ["l6", "qb"]
 
 
 async def test_a_waiter_past_its_wait_limit_is_not_granted(state, name):
