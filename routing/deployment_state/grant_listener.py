@@ -26,6 +26,7 @@ from routing.deployment_state.interface import Limits, granted_within
 log = logging.getLogger("sluice.state")
 
 SWEEP_SECONDS = 1.0
+CLOSE_SECONDS = 2.0
 
 
 class GrantSource(Protocol):
@@ -107,8 +108,12 @@ class GrantListener:
                 drop_local((KEYS, LIMITS, CATALOG))
                 self._subscribed.set()
                 self.policy.recovered()
-                async for message in pubsub.listen():
-                    if message["type"] != "message":
+                # get_message, not listen(): an async generator left by a cancelled task
+                # is closed later by the loop, as a task of its own that contends with
+                # this close for the connection.
+                while True:
+                    message = await pubsub.get_message(timeout=None)  # blocks for one
+                    if message is None or message["type"] != "message":
                         continue
                     words = message["data"].decode().split()
                     channel = message["channel"].decode()
@@ -123,8 +128,10 @@ class GrantListener:
                 self.policy.failed(exc)  # open: resubscribes every second meanwhile
                 await asyncio.sleep(1.0)
             finally:
+                # Bounded: a close that hangs on a dead connection must not keep a
+                # cancelled listener, and with it a worker's shutdown, waiting.
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py: unannotated
+                    await asyncio.wait_for(pubsub.aclose(), CLOSE_SECONDS)  # type: ignore[no-untyped-call]  # redis-py: unannotated
 
     async def _sweep(self) -> None:
         while True:
