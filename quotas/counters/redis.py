@@ -2,7 +2,10 @@
 
 import logging
 import math
+import os
+import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from core.redis_client import redis_client
 from core.redis_down import RedisDown, RedisDownPolicy
 from quotas.counters.interface import Check, LeaseLength, Verdict
 from quotas.counters.local import LocalQuotaCounters
+from quotas.counters.shares import WORKERS_WITHIN, Owed, worker_share
 
 log = logging.getLogger("sluice.quotas")
 
@@ -73,6 +77,13 @@ class RedisQuotaCounters:
         self._fallback = LocalQuotaCounters()
         # The pending reservations of every worker (reserve.lua): one sorted set.
         self.ledger = ledger or f"{settings.SLUICE_REDIS_PREFIX}:q:pending"
+        # Every worker that reserves, by when it last did: how many share a limit while
+        # Redis is away (shares.py).
+        self.workers_key = f"{self.ledger}:workers"
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._workers = 1
+        self._seen: dict[str, float] = {}  # counter -> its value at Redis's last answer
+        self._owed = Owed()
 
     def _client(self) -> redis.Redis:
         return redis_client(self.url)
@@ -83,20 +94,63 @@ class RedisQuotaCounters:
         for c in checks:
             args += _check_args(c)
         lease = pending_lease()
-        args += [self.ledger, now + lease.lease]
+        args += [self.ledger, now + lease.lease, self.workers_key, self.worker]
+        args.append(now - WORKERS_WITHIN)
         try:
             reserve = SCRIPTS.on(self._client())["reserve"]
             result = await reserve(keys=[c.key for c in checks], args=args)
         except (RedisError, OSError) as exc:
             POLICY.failed(exc)
-            return await self._fallback.reserve(checks, slot, now=now)
+            return await self._reserve_alone(checks, slot, now)
         POLICY.recovered()
+        if self._owed:
+            await self._repay()
         failed = int(result[0])
-        values = [float(v) for v in result[1:]]
+        values = [float(v) for v in result[1:-1]]
+        self._workers = int(result[-1])
         if failed:
+            self._seen[checks[failed - 1].key] = values[0]
             return Verdict(failed - 1, values)
+        self._seen.update((c.key, v) for c, v in zip(checks, values, strict=True) if not c.lease)
+        if len(self._seen) > 100_000:
+            self._seen.clear()  # keys of windows long gone; the next answers fill it again
         pending = any(not c.lease and c.amount > 0 for c in checks)
         return Verdict(None, values, pending=(self.ledger, lease) if pending else None)
+
+    async def _reserve_alone(self, checks: list[Check], slot: str, now: float) -> Verdict:
+        """Redis is away: this worker's share of each limit, on its own counters; what it
+        reserves is owed to Redis."""
+        shares = [worker_share(c, self._seen.get(c.key), self._workers) for c in checks]
+        verdict = await self._fallback.reserve(shares, slot, now=now)
+        if verdict.failed is None:
+            self._owed.add([(c.key, c.amount) for c in checks if not c.lease and c.amount])
+        return verdict
+
+    async def _repay(self) -> None:
+        """Redis answers again: add what was counted here meanwhile (only to counters it
+        still has: one it lost is seeded again from the audit trail, which holds them),
+        settle the ledger entries of calls that ended meanwhile, and start this worker's
+        own counters afresh for the next time."""
+        owed, self._owed = self._owed, Owed()
+        self._fallback = LocalQuotaCounters()
+        settle = SCRIPTS.on(self._client())["settle"]
+        batches: list[tuple[list[tuple[str, float]], str, list[float] | None]] = list(owed.settles)
+        if owed.amounts:
+            batches.append((list(owed.amounts.items()), "", None))
+        try:
+            for deltas, slot, reserved in batches:
+                await settle(
+                    keys=[k for k, _ in deltas],
+                    args=[
+                        len(deltas),
+                        slot,
+                        *(d for _, d in deltas),
+                        self.ledger if reserved is not None else "",
+                        *(reserved or [0.0] * len(deltas)),
+                    ],
+                )
+        except (RedisError, OSError) as exc:
+            POLICY.failed(exc, refuse=False)  # lost: the audit trail still holds the calls
 
     async def adjust(self, deltas: list[tuple[str, float]]) -> None:
         await self.settle(deltas, [], "")
@@ -128,6 +182,10 @@ class RedisQuotaCounters:
                 ],
             )
         except (RedisError, OSError) as exc:
+            if reserved is None:
+                self._owed.add(deltas)
+            else:
+                self._owed.add_settle(deltas, slot, reserved)
             POLICY.failed(exc)
             await self._fallback.settle(deltas, lease_keys, slot)
 

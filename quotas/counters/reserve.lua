@@ -1,8 +1,9 @@
 -- KEYS: one counter per check. ARGV: now, slot, number of checks, then ARGS_PER_CHECK for
 -- each check: limit, amount, ttl, lease (1/0), seed, skip parked (1/0); then the ledger of
--- pending reservations (a sorted set, '' for none) and this reservation's deadline in it.
--- Answers {0, values...} when every check passes (and adds to them all), else {failing
--- check, its value}.
+-- pending reservations (a sorted set, '' for none) and this reservation's deadline in it;
+-- then the set of workers that reserve here, this worker, and since when a worker that
+-- reserved counts as live. Answers {0, values..., live workers} when every check passes
+-- (and adds to them all), else {failing check, its value, live workers}.
 --
 -- The ledger: a reservation's amounts wait there, by slot, until the call settles; the
 -- worker renews the deadline while the call runs. A slot past its deadline belonged to a
@@ -11,6 +12,12 @@
 local now, slot, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local ledger = ARGV[4 + n * ARGS_PER_CHECK]
 local deadline = tonumber(ARGV[5 + n * ARGS_PER_CHECK])
+-- Who reserves here: each worker's share of a limit while Redis is away (shares.py).
+local workers_key, worker = ARGV[6 + n * ARGS_PER_CHECK], ARGV[7 + n * ARGS_PER_CHECK]
+redis.call('ZADD', workers_key, now, worker)
+redis.call('ZREMRANGEBYSCORE', workers_key, '-inf', '(' .. ARGV[8 + n * ARGS_PER_CHECK])
+redis.call('EXPIRE', workers_key, LEDGER_KEEP)
+local live = redis.call('ZCARD', workers_key)
 if ledger ~= '' then
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)) do
     local held = redis.call('HGETALL', ledger .. ':' .. dead)
@@ -44,7 +51,7 @@ for i = 1, n do
   else
     current = tonumber(redis.call('GET', KEYS[i]) or seed)
   end
-  if current + amount > limit then return {i, tostring(current)} end
+  if current + amount > limit then return {i, tostring(current), live} end
   values[i] = tostring(current + amount)
 end
 local pending = false
@@ -70,4 +77,5 @@ if pending then
   redis.call('ZADD', ledger, deadline, slot)
   redis.call('EXPIRE', ledger, LEDGER_KEEP)
 end
+values[#values + 1] = live
 return {0, unpack(values)}

@@ -444,3 +444,74 @@ async def test_a_late_settle_of_a_swept_reservation_charges_what_was_used(shared
     await shared.settle([(k, -30.0), (other, -0.3)], [], a, reserved=[80.0, 0.8])
     assert await peek(shared, k) == 50.0
     assert await peek(shared, other) == pytest.approx(0.5)
+
+
+# --- a worker's share while Redis is away --------------------------------------------------
+
+
+@pytest.fixture
+async def fleet(key, settings):
+    """Two workers' Redis counters on one ledger, and a way to cut them off from Redis
+    (pointed at a port nobody listens on) and back, Redis keeping its data meanwhile."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from quotas.counters.redis import RedisQuotaCounters
+
+    settings.SLUICE_QUOTAS_WHEN_REDIS_DOWN = "open"
+    ledger = key() + ":pending"
+    workers = [RedisQuotaCounters(url, ledger=ledger) for _ in range(2)]
+
+    def cut(away: bool) -> None:
+        for w in workers:
+            w.url = DOWN_URL if away else url
+
+    yield workers, cut
+    cut(False)
+    for w in workers:
+        await w._client().aclose()
+
+
+async def admitted(counters, check: Check, tries: int = 50) -> int:
+    n = 0
+    for _ in range(tries):
+        if (await counters.reserve([check], slot())).failed is not None:
+            break
+        n += 1
+    return n
+
+
+async def test_while_redis_is_away_each_worker_admits_its_share_of_what_was_left(fleet, key):
+    """A limit of 100 with 40 used: cut off from Redis, each of two workers admits its
+    half of what it last saw left (a saw 30 used, b 40: 3 calls of 10 each), 100 in all;
+    each on the whole of it would admit 7 and 6: 170."""
+    (a, b), cut = fleet
+    k = key()
+    for w in (a, b, a, b):  # each has heard of the other
+        assert (await w.reserve([window(k, 100, 10)], slot())).failed is None
+    cut(True)
+    assert [await admitted(w, window(k, 100, 10)) for w in (a, b)] == [3, 3]
+
+
+async def test_while_redis_is_away_a_concurrency_limit_is_split_between_the_workers(fleet, key):
+    (a, b), cut = fleet
+    k, other = key(), key()
+    for w in (a, b, a):  # each has heard of the other
+        assert (await w.reserve([window(other, 100, 1)], slot())).failed is None
+    cut(True)
+    assert [await admitted(w, lease(k, 6)) for w in (a, b)] == [3, 3]
+
+
+async def test_what_a_worker_counted_on_its_own_is_added_to_redis_when_it_answers(fleet, key):
+    (a, b), cut = fleet
+    k = key()
+    reserved = await a.reserve([window(k, 1000, 100)], held := slot())  # in Redis's ledger
+    assert reserved.failed is None and reserved.pending is not None
+    cut(True)
+    assert (await a.reserve([window(k, 1000, 30)], slot())).failed is None  # on its own
+    await a.settle([(k, -60)], [], held, reserved=[100.0])  # used 40 of its 100
+    await a.adjust([(k, 5)])  # the one made alone used 35
+    cut(False)
+    assert (await a.reserve([window(k, 1000, 0)], slot())).values == [100.0]  # then repaid
+    assert await peek(b, k) == 75.0  # 40 + 35: what the two calls used
+    assert await peek(a, k) == 75.0  # once
