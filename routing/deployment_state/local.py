@@ -3,7 +3,7 @@
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from routing.deployment_state.interface import (
@@ -104,7 +104,10 @@ class LocalDeploymentState:
     """In-process backend. Plain Python under the event loop: each method runs without an
     await inside, so it is atomic with respect to other requests of this worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: Callable[[], int] = lambda: 1) -> None:
+        # How many workers share each deployment's limit (the Redis backend's fallback:
+        # each takes its share while Redis is away); 1 for the embedded default.
+        self._workers = workers
         self._deployments: dict[str, _Deployment] = {}
         self._grants: dict[str, asyncio.Future[None]] = {}  # queued slot -> woken when granted
         self._preempts: dict[str, asyncio.Future[None]] = {}  # held slot -> resolved if asked back
@@ -113,9 +116,14 @@ class LocalDeploymentState:
         d = self._deployments.get(name)
         if d is None:
             d = self._deployments[name] = _Deployment()
-        if d.limit is None or d.limit > limits.max_concurrency:
-            d.limit = float(limits.max_concurrency)
+        ceiling = self._ceiling(limits)
+        if d.limit is None or d.limit > ceiling:
+            d.limit = float(ceiling)
         return d
+
+    def _ceiling(self, limits: Limits) -> int:
+        """This worker's share of the deployment's max concurrency (at least one)."""
+        return max(1, limits.max_concurrency // max(1, self._workers()))
 
     async def acquire_slot(
         self,
@@ -228,7 +236,7 @@ class LocalDeploymentState:
             d.streak += 1
             if d.streak >= math.floor(d.limit or 1):
                 d.raised_from = d.limit or 1
-                d.limit = raised(d.raised_from, limits.max_concurrency)
+                d.limit = raised(d.raised_from, self._ceiling(limits))
                 d.streak = 0
         elif result is not Result.NEUTRAL:
             counts = not repeat

@@ -15,7 +15,10 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import socket
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +57,7 @@ SCRIPTS = Scripts(
 )
 
 MOVE_CHECK_SECONDS = 1.0  # how often a waiter checks that its queue is still the live one
+WORKERS_WITHIN = 60.0  # seconds: a worker that renewed its slots this recently is live
 
 
 @dataclass
@@ -76,7 +80,12 @@ class RedisDeploymentState:
         self.url = url
         self.prefix = prefix
         self.channel = f"{prefix}:grants"
-        self._fallback = LocalDeploymentState()
+        # While Redis is away each worker takes its share of a deployment's limit: the
+        # workers that renewed slots in Redis in the last minute (counted at each renewal).
+        self.workers_key = f"{prefix}:dep-workers"
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._workers = 1
+        self._fallback = LocalDeploymentState(workers=lambda: self._workers)
         # Open: while Redis is away, this worker judges deployments on what it sees itself.
         self.policy = RedisDownPolicy(log, open_means="deployment state is per worker")
         # Waiters survive Redis going and coming back: each is queued where grants come
@@ -366,7 +375,11 @@ class RedisDeploymentState:
                         for key in (keys[1], keys[4]):  # all slots, batch slots
                             pipe.zadd(key, leases, xx=True)
                             pipe.expire(key, math.ceil(limits.lease * 4))
-                await pipe.execute()
+                pipe.zadd(self.workers_key, {self.worker: now})
+                pipe.zremrangebyscore(self.workers_key, "-inf", f"({now - WORKERS_WITHIN}")
+                pipe.expire(self.workers_key, math.ceil(WORKERS_WITHIN * 2))
+                pipe.zcard(self.workers_key)
+                self._workers = int((await pipe.execute())[-1])
         except (RedisError, OSError) as exc:
             self.policy.failed(exc)
             if not self._local_slots:
