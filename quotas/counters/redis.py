@@ -2,10 +2,7 @@
 
 import logging
 import math
-import os
-import socket
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +10,13 @@ import redis.asyncio as redis
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from core.fleet import LIVE_WITHIN, worker_name
 from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
 from core.redis_down import RedisDown, RedisDownPolicy
 from quotas.counters.interface import Check, LeaseLength, Verdict
 from quotas.counters.local import LocalQuotaCounters
-from quotas.counters.shares import WORKERS_WITHIN, Owed, worker_share
+from quotas.counters.shares import Owed, worker_share
 
 log = logging.getLogger("sluice.quotas")
 
@@ -80,7 +78,7 @@ class RedisQuotaCounters:
         # Every worker that reserves, by when it last did: how many share a limit while
         # Redis is away (shares.py).
         self.workers_key = f"{self.ledger}:workers"
-        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.worker = worker_name()
         self._workers = 1
         self._seen: dict[str, float] = {}  # counter -> its value at Redis's last answer
         self._owed = Owed()
@@ -95,7 +93,7 @@ class RedisQuotaCounters:
             args += _check_args(c)
         lease = pending_lease()
         args += [self.ledger, now + lease.lease, self.workers_key, self.worker]
-        args.append(now - WORKERS_WITHIN)
+        args.append(now - LIVE_WITHIN)
         try:
             reserve = SCRIPTS.on(self._client())["reserve"]
             result = await reserve(keys=[c.key for c in checks], args=args)

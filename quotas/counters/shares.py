@@ -4,7 +4,7 @@ Redis counts every worker's calls on one counter. While it cannot be reached, ea
 counts on its own (the open policy); judged against the whole limit, N workers would admit
 N times what was left. Instead each worker takes its share of what was left the last time
 Redis answered it: (limit - the counter then) / the workers that reserved in Redis in the
-last WORKERS_WITHIN seconds; a concurrency limit is split the same way, at least one call
+last minute (core.fleet); a concurrency limit is split the same way, at least one call
 a worker. What a worker counted on its own is added to Redis's counters once it answers
 again (`Owed`), so the window or month goes on from what was really used.
 """
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 
 from quotas.counters.interface import Check
 
-WORKERS_WITHIN = 60.0  # seconds: a worker that reserved in Redis this recently is live
 OWED_AT_MOST = 10_000  # deferred settlements kept while Redis is away; older ones dropped
 
 

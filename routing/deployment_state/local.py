@@ -443,13 +443,12 @@ class LocalDeploymentState:
     @staticmethod
     def _loudest(d: _Deployment, allowed: int, now: float) -> str | None:
         """The member kept off the last free slots (slot_policy rule 7)."""
-        free = allowed - len(d.slots)
-        if free > headroom(allowed):
+        if allowed - len(d.slots) > headroom(allowed):
             return None
         active = {m for m, (_, at) in d.service.items() if at >= now - ACTIVE_WITHIN}
         active.update(h.member for h in d.held.values())
         active.update(d.queues[INTERACTIVE], d.queues[BATCH])
-        return loudest(allowed, free, {m: d.recent(m, now) for m in active})
+        return loudest({m: d.recent(m, now) for m in active})
 
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
         latest = now + d.need()  # a waiter whose deadline is sooner could not finish

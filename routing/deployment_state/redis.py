@@ -15,10 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
-import socket
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Any
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from core.fleet import LIVE_WITHIN, worker_name
 from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
 from core.redis_down import RedisDownPolicy
@@ -57,7 +55,6 @@ SCRIPTS = Scripts(
 )
 
 MOVE_CHECK_SECONDS = 1.0  # how often a waiter checks that its queue is still the live one
-WORKERS_WITHIN = 60.0  # seconds: a worker that renewed its slots this recently is live
 
 
 @dataclass
@@ -83,7 +80,7 @@ class RedisDeploymentState:
         # While Redis is away each worker takes its share of a deployment's limit: the
         # workers that renewed slots in Redis in the last minute (counted at each renewal).
         self.workers_key = f"{prefix}:dep-workers"
-        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.worker = worker_name()
         self._workers = 1
         self._fallback = LocalDeploymentState(workers=lambda: self._workers)
         # Open: while Redis is away, this worker judges deployments on what it sees itself.
@@ -376,8 +373,8 @@ class RedisDeploymentState:
                             pipe.zadd(key, leases, xx=True)
                             pipe.expire(key, math.ceil(limits.lease * 4))
                 pipe.zadd(self.workers_key, {self.worker: now})
-                pipe.zremrangebyscore(self.workers_key, "-inf", f"({now - WORKERS_WITHIN}")
-                pipe.expire(self.workers_key, math.ceil(WORKERS_WITHIN * 2))
+                pipe.zremrangebyscore(self.workers_key, "-inf", f"({now - LIVE_WITHIN}")
+                pipe.expire(self.workers_key, math.ceil(LIVE_WITHIN * 2))
                 pipe.zcard(self.workers_key)
                 self._workers = int((await pipe.execute())[-1])
         except (RedisError, OSError) as exc:

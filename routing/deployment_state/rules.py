@@ -138,13 +138,13 @@ def headroom(allowed: int) -> int:
     return min(FAIR_HEADROOM, int(allowed * HEADROOM_SHARE))
 
 
-def loudest(allowed: int, free: int, service: dict[str, float]) -> str | None:
+def loudest(service: dict[str, float]) -> str | None:
     """The member kept off the last `headroom` free slots: of the members active at the
     deployment (their recent service), the one served most, when that is LOUD_FACTOR times
     the average or more. Those slots stay for the others, so that a quiet member's call
     finds one free instead of waiting for a loud member's call to end; members served
     alike keep none, and a member alone takes every slot."""
-    if free > headroom(allowed) or len(service) < 2:
+    if len(service) < 2:
         return None
     member = max(service, key=lambda m: service[m])
     average = sum(service.values()) / len(service)
