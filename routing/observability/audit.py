@@ -413,6 +413,7 @@ class AuditWriter:
         self._pending: list[CallLog] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
         self._task: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None  # the write under way, if any
         self.unauthenticated = RefusalSampler()
         self._spool: Spool | None = None
         self._sealed: list[Path] = []  # spool files whose calls are all pending
@@ -493,7 +494,10 @@ class AuditWriter:
             segments.append(sealed)
         if batch:
             try:
-                await asyncio.get_running_loop().run_in_executor(self._executor, _write, batch)
+                self._writing = asyncio.get_running_loop().run_in_executor(
+                    self._executor, _write, batch
+                )
+                await self._writing
             except Unwritten as unwritten:
                 log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
                 self._pending[:0] = unwritten.calls
@@ -505,7 +509,12 @@ class AuditWriter:
         return True
 
     async def flush(self) -> None:
-        """Write everything recorded so far (tests, shutdown)."""
+        """Write everything recorded so far (tests, shutdown). First the write under way:
+        its calls are no longer pending, and a worker that exited before it ended would
+        leave them to the spool (written by the next worker to start, not by this one)."""
+        writing = self._writing
+        if writing is not None and writing.get_loop() is asyncio.get_running_loop():
+            await asyncio.wait([writing])
         for _ in range(5):
             if await self._flush_once() and not self._pending:
                 return
