@@ -75,3 +75,36 @@ async def test_the_writer_goes_on_after_a_poisoned_row_instead_of_retrying_it_fo
     await asyncio.get_running_loop().run_in_executor(writer._executor, lambda: connection.close())
     written = await db_read(_written, first + later)
     assert written == {c.request_id for c in first + later if c is not bad}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_flush_waits_for_the_write_under_way(monkeypatch, settings):
+    """A worker stopping while its writer is mid-write: the calls of that write are no
+    longer pending, and a flush that did not wait for it let the worker exit first."""
+    import threading
+
+    from routing.observability import audit
+
+    settings.SLUICE_AUDIT_FLUSH_SECONDS = 0.01
+    entered, release = threading.Event(), threading.Event()
+    write = audit._write
+
+    def slow_write(calls: list[CallLog]) -> None:
+        entered.set()
+        release.wait(5)
+        write(calls)
+
+    monkeypatch.setattr(audit, "_write", slow_write)
+    writer = AuditWriter()
+    call = _call()
+    writer.record(call)
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, entered.wait, 5)  # the writer's own write began
+    assert writer.pending() == 0
+    flushing = asyncio.ensure_future(writer.flush())
+    await asyncio.sleep(0.2)
+    assert not flushing.done()  # waits for it
+    release.set()
+    await flushing
+    await loop.run_in_executor(writer._executor, lambda: connection.close())
+    assert await db_read(_written, [call]) == {call.request_id}
