@@ -37,6 +37,7 @@ local position = redis.call('ZCARD', K_QUEUE[class])
 local until_ = wait_until > now and ARGV[14] or ARGV[1]
 if latest < tonumber(until_) then until_ = string.format('%.6f', latest) end
 local due = deadline == math.huge and 'inf' or ARGV[16]
+ask(member)
 join(slot, class, member, until_, estimate, retry, preemptible, due)
 dispatch(slot)
 keep(STATE_TTL)

@@ -78,6 +78,8 @@ class _Deployment:
     )
     # member -> (weighted service, when it was last charged): decays (rules.recent)
     service: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # member -> (calls it asked a slot for here, when it last asked): decays (rules.recent)
+    demand: dict[str, tuple[float, float]] = field(default_factory=dict)
     hold: float = DEFAULT_HOLD  # seconds a call holds a slot (moving average)
     latency: float = 0.0  # seconds to an answer's head (moving average; 0: none yet)
     deviation: float = 0.0  # of that latency (moving average)
@@ -92,6 +94,10 @@ class _Deployment:
 
     def charge(self, member: str, amount: float, now: float) -> None:
         self.service[member] = (self.recent(member, now) + amount, now)
+
+    def ask(self, member: str, now: float) -> None:
+        value, at = self.demand.get(member, (0.0, now))
+        self.demand[member] = (recent(value, at, now) + 1, now)
 
 
 def _before(service: float, waiting: int, mine: float, mine_waiting: int) -> bool:
@@ -155,6 +161,7 @@ class LocalDeploymentState:
         until = min(wait_until or now, latest)
         who = (claim.priority, claim.member)
         waiter = Waiter(slot, *who, now, until, claim.estimate, retry, claim.preemptible, due)
+        d.ask(claim.member, now)
         self._join(d, waiter)
         self._dispatch(d, limits, now)
         if slot in d.slots:
@@ -445,10 +452,11 @@ class LocalDeploymentState:
         """The member kept off the last free slots (slot_policy rule 7)."""
         if allowed - len(d.slots) > headroom(allowed):
             return None
-        active = {m for m, (_, at) in d.service.items() if at >= now - ACTIVE_WITHIN}
+        active = {m for m, (_, at) in d.demand.items() if at >= now - ACTIVE_WITHIN}
         active.update(h.member for h in d.held.values())
         active.update(d.queues[INTERACTIVE], d.queues[BATCH])
-        return loudest({m: d.recent(m, now) for m in active})
+        demand = {m: recent(*d.demand.get(m, (0.0, now)), now) for m in active}
+        return loudest(demand, allowed, d.hold)
 
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
         latest = now + d.need()  # a waiter whose deadline is sooner could not finish

@@ -2,7 +2,7 @@
 -- members waiting (interactive), members waiting (batch), service counters, waiters last
 -- heard of (each worker's sweep vouches for its own every second: a dead worker's waiters
 -- fall silent and are passed over), preemptible batch slots (by grant time), slots asked
--- back for a waiting interactive call and not yet released.
+-- back for a waiting interactive call and not yet released, demand counters.
 -- ARGV[1..6]: now, key base (for each member's own queue), grant channel, max concurrency,
 -- lease, reserve; then each script's own.
 local now, base, channel = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -12,7 +12,7 @@ local K_QUEUE = {interactive = KEYS[6], batch = KEYS[7]}
 local K_WAITER = KEYS[8]
 local K_MEMBERS = {interactive = KEYS[9], batch = KEYS[10]}
 local K_SERVICE, K_HEARD = KEYS[11], KEYS[12]
-local K_PREEMPTIBLE, K_PREEMPTING = KEYS[13], KEYS[14]
+local K_PREEMPTIBLE, K_PREEMPTING, K_DEMAND = KEYS[13], KEYS[14], KEYS[15]
 
 local function split(text)
   local out = {}
@@ -22,9 +22,10 @@ end
 
 local function member_queue(class, member) return base .. ':wq:' .. class .. ':' .. member end
 
--- A member's recent service (rules.recent): "value|when charged", halved every half-life.
-local function service_of(member)
-  local v = redis.call('HGET', K_SERVICE, member)
+-- A member's recent service or demand (rules.recent): "value|when charged", halved every
+-- half-life.
+local function recent_in(key, member)
+  local v = redis.call('HGET', key, member)
   if not v then return 0 end
   local sep = string.find(v, '|', 1, true)
   if not sep then return tonumber(v) end
@@ -32,8 +33,15 @@ local function service_of(member)
   return value * 2 ^ (-math.max(0, now - at) / SERVICE_HALF_LIFE)
 end
 
+local function service_of(member) return recent_in(K_SERVICE, member) end
+
 local function charge(member, amount)
   redis.call('HSET', K_SERVICE, member, (service_of(member) + amount) .. '|' .. ARGV[1])
+end
+
+-- A member asks the deployment for a slot: its demand (rules.loudest) counts one more call.
+local function ask(member)
+  redis.call('HSET', K_DEMAND, member, (recent_in(K_DEMAND, member) + 1) .. '|' .. ARGV[1])
 end
 
 local function state()
@@ -183,21 +191,22 @@ local function less(a, b)  -- lexicographic, for sort keys
 end
 
 -- The member kept off the last free slots (slot_policy rule 7, rules.loudest): with at
--- most the headroom free, of the members active here the one served most, when that is
--- LOUD_FACTOR times the average or more.
+-- most the headroom free, of the members active here the one asking most, when that is
+-- LOUD_FACTOR times the average or more and beyond its share of the slots.
 local function loudest(allowed)
   local free = allowed - redis.call('ZCARD', K_SLOTS)
-  -- rules.headroom: FAIR_HEADROOM, at most a share of the limit
+  -- rules.headroom: FAIR_HEADROOM, at most a share of the limit, none for a small one
+  if allowed < HEADROOM_FROM then return nil end
   if free > math.min(FAIR_HEADROOM, math.floor(allowed * HEADROOM_SHARE)) then return nil end
   local active, n = {}, 0
   local function seen(m)
-    if not active[m] then active[m], n = service_of(m), n + 1 end
+    if not active[m] then active[m], n = recent_in(K_DEMAND, m), n + 1 end
   end
-  local served = redis.call('HGETALL', K_SERVICE)
-  for i = 1, #served, 2 do
-    local sep = string.find(served[i + 1], '|', 1, true)
-    if sep and tonumber(string.sub(served[i + 1], sep + 1)) >= now - ACTIVE_WITHIN then
-      seen(served[i])
+  local asked = redis.call('HGETALL', K_DEMAND)
+  for i = 1, #asked, 2 do
+    local sep = string.find(asked[i + 1], '|', 1, true)
+    if sep and tonumber(string.sub(asked[i + 1], sep + 1)) >= now - ACTIVE_WITHIN then
+      seen(asked[i])
     end
   end
   local holders = redis.call('HVALS', K_HELD)
@@ -212,7 +221,10 @@ local function loudest(allowed)
     total = total + s
     if top == nil or s > active[top] then top = m end
   end
-  if active[top] >= LOUD_FACTOR * total / n then return top end
+  local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
+  -- A steady rate r summed with a half-life h comes to r * h / ln 2.
+  local slots = active[top] * math.log(2) / SERVICE_HALF_LIFE * hold
+  if active[top] >= LOUD_FACTOR * total / n and slots > allowed / n then return top end
   return nil
 end
 

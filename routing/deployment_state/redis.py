@@ -114,6 +114,7 @@ class RedisDeploymentState:
             "heard",
             "preemptible",
             "preempting",
+            "demand",
         )
         return [f"{base}:{part}" for part in parts]
 

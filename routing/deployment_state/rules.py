@@ -21,10 +21,11 @@ NEED_DEVIATIONS = 3.0  # a call needs mean + 3 deviations of its deadline left t
 HANG_FACTOR = 3.0  # an attempt cut by the call's deadline after this many times `need` hung
 FIRST_OPEN = 10.0  # seconds a breaker first stays open; doubled per failed probe, to the cap
 SERVICE_HALF_LIFE = 2.0  # seconds: fair share weighs a member's service by how recent it is
-FAIR_HEADROOM = 2  # the last free slots the loudest member may not take (loudest)
-HEADROOM_SHARE = 0.25  # and at most this share of the limit
-LOUD_FACTOR = 1.5  # times the average recent service that makes a member the loud one
-ACTIVE_WITHIN = 4.0  # seconds: a member served this recently counts as active
+FAIR_HEADROOM = 3  # the last free slots the loudest member may not take (loudest)
+HEADROOM_SHARE = 0.375  # and at most this share of the limit
+HEADROOM_FROM = 4  # slots: a smaller deployment keeps none (the loud member would starve)
+LOUD_FACTOR = 1.5  # times the average recent demand that makes a member the loud one
+ACTIVE_WITHIN = 4.0  # seconds: a member that asked this recently counts as active
 DOUBLINGS = 30  # past this many the doubling stops (the cap has long won): no float overflow
 
 # Every constant the Lua scripts use, by the name they use it under.
@@ -49,6 +50,7 @@ LUA_CONSTANTS: dict[str, float | int] = {
     "FAIR_HEADROOM": FAIR_HEADROOM,
     "LOUD_FACTOR": LOUD_FACTOR,
     "HEADROOM_SHARE": HEADROOM_SHARE,
+    "HEADROOM_FROM": HEADROOM_FROM,
     "ACTIVE_WITHIN": ACTIVE_WITHIN,
 }
 
@@ -125,27 +127,39 @@ def open_time(cap: float, opens: int) -> float:
 
 
 def recent(value: float, at: float, now: float) -> float:
-    """A member's recent service: what it was at `at`, halved every SERVICE_HALF_LIFE
-    seconds since. Fair share serves the least recently served member first, so a quiet
-    member's call is not put behind a loud member's, and a member back from a long idle
-    spell has banked no more than a few seconds' worth of credit."""
+    """A member's recent service, or demand: what it was at `at`, halved every
+    SERVICE_HALF_LIFE seconds since. Fair share serves the least recently served member
+    first, so a quiet member's call is not put behind a loud member's, and a member back
+    from a long idle spell has banked no more than a few seconds' worth of credit."""
     return value * 2 ** (-max(0.0, now - at) / SERVICE_HALF_LIFE)
 
 
 def headroom(allowed: int) -> int:
-    """Free slots kept from the loudest member: FAIR_HEADROOM, at most a quarter of the
-    limit (a deployment of 1 to 3 slots keeps none: the loud member would get nothing)."""
+    """Free slots kept from the loudest member: FAIR_HEADROOM, at most HEADROOM_SHARE of
+    the limit, none below HEADROOM_FROM slots (the loud member would get next to nothing).
+    Three of eight: with two, a burst of three quiet calls between two slots coming free
+    waits for a loud member's call (bench/fairness_sim.py: quiet p99 +6 to +25 % beside a
+    loud member with two, -5 to +17 % with three, about 0 with four at a third less of the
+    loud member's calls served)."""
+    if allowed < HEADROOM_FROM:
+        return 0
     return min(FAIR_HEADROOM, int(allowed * HEADROOM_SHARE))
 
 
-def loudest(service: dict[str, float]) -> str | None:
+def loudest(demand: dict[str, float], allowed: int, hold: float) -> str | None:
     """The member kept off the last `headroom` free slots: of the members active at the
-    deployment (their recent service), the one served most, when that is LOUD_FACTOR times
-    the average or more. Those slots stay for the others, so that a quiet member's call
-    finds one free instead of waiting for a loud member's call to end; members served
-    alike keep none, and a member alone takes every slot."""
-    if len(service) < 2:
+    deployment (their recent demand: the calls they asked it for a slot), the one asking
+    most, when that is LOUD_FACTOR times the average or more and asks for more than its
+    fair share of the slots (the calls it asks for a second, `hold` seconds each, against
+    `allowed` shared by the active members). Calls, since each holds a slot whatever its
+    size; demand, not service: a loud member kept off the last slots is served less, and
+    judged by its service it would soon look quiet again and take them back. Members
+    asking alike, or within their share, keep none; a member alone takes every slot."""
+    if len(demand) < 2:
         return None
-    member = max(service, key=lambda m: service[m])
-    average = sum(service.values()) / len(service)
-    return member if service[member] >= LOUD_FACTOR * average else None
+    member = max(demand, key=lambda m: demand[m])
+    average = sum(demand.values()) / len(demand)
+    # A steady rate r summed with a half-life h comes to r * h / ln 2.
+    slots = demand[member] * math.log(2) / SERVICE_HALF_LIFE * hold
+    loud = demand[member] >= LOUD_FACTOR * average and slots > allowed / len(demand)
+    return member if loud else None

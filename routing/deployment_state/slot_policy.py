@@ -21,8 +21,8 @@
    answer's head); one that can no longer finish leaves the queue unserved (503 with
    Retry-After), and one whose wait ends before the calls fair share serves ahead of
    it would be (`expected_wait`) is refused when it arrives instead of queueing in vain;
-7. headroom for the others: the last free slots (rules.FAIR_HEADROOM) go not to the
-   loudest member (served LOUD_FACTOR times the average of the members active there,
+7. headroom for the others: the last free slots (rules.headroom) go not to the loudest
+   member (asking for LOUD_FACTOR times the average calls of the members active there,
    rules.loudest), and then to no batch call while its interactive call waits: a quiet
    member's call finds a slot free instead of waiting for a loud member's to end.
 """

@@ -72,6 +72,7 @@ def test_the_table_holds_the_rules_own_values():
         "FAIR_HEADROOM": rules.FAIR_HEADROOM,
         "LOUD_FACTOR": rules.LOUD_FACTOR,
         "HEADROOM_SHARE": rules.HEADROOM_SHARE,
+        "HEADROOM_FROM": rules.HEADROOM_FROM,
         "ACTIVE_WITHIN": rules.ACTIVE_WITHIN,
     }
 

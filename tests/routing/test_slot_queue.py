@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from routing.deployment_state import Limits, Refusal, Result
-from routing.deployment_state.rules import headroom
+from routing.deployment_state.rules import headroom, loudest
 from routing.deployment_state.slot_policy import (
     BATCH,
     INTERACTIVE,
@@ -173,31 +173,71 @@ async def test_a_member_alone_gets_every_slot(state, name):
     assert (await d.snapshot()).in_flight == 3  # never an idle slot while someone waits
 
 
+async def crowd(d: Deployment, member: str, held: int, waiting: int) -> list[str]:
+    """`member` takes `held` slots and queues `waiting` more calls: the queued slots."""
+    for i in range(held):
+        assert (await d.ask(f"{member}-held-{i}", member=member, cost=10)).admitted
+    queued = [f"{member}-waits-{i}" for i in range(waiting)]
+    for slot in queued:
+        assert (await d.ask(slot, member=member, cost=10)).queued
+    return queued
+
+
 async def test_the_loudest_member_leaves_the_last_free_slots_to_the_others(state, name):
-    """Eight slots, a loud member served far more than a quiet one: the loud member queues
-    for the last two free slots instead of taking them, and the quiet member's calls find
-    them free at once. Once the quiet member is gone a while, the loud one takes all."""
+    """Eight slots, a loud member asking for far more calls than its share: once a quiet
+    member is active too, the loud member queues for the last three free slots instead of
+    taking them, and the quiet member's calls find them free at once. Once the quiet
+    member is gone a while, the loud one takes all."""
     d = Deployment(state, name, limits(8))
-    assert (await d.ask("q1", member="quiet", cost=10)).admitted
-    for i in range(1, 6):
-        assert (await d.ask(f"l{i}", member="loud")).admitted
-    assert (await d.ask("l6", member="loud")).queued  # two free, kept
-    assert (await d.snapshot()).in_flight == 6
-    for slot in ("q2", "q3"):
+    loud = await crowd(d, "loud", held=8, waiting=30)
+    assert (await d.ask("q1", member="quiet", cost=10)).queued  # full
+    d.now += 1.0  # calls hold their slots a second
+    for i in range(4):
+        await d.done(f"loud-held-{i}")
+    assert await d.granted("q1", *loud) == ["q1"]  # the quiet call first; three kept free
+    for slot in ("q2", "q3", "q4"):
         assert (await d.ask(slot, member="quiet", cost=10)).admitted  # no wait
-    await d.done("q2")
-    await d.done("q1")
-    assert await d.granted("l6") == []  # the last two free: still kept
-    await d.done("q3")
-    assert await d.granted("l6") == ["l6"]  # three were free
-    d.now += 10  # the quiet member no longer counts as active
-    for slot in ("l7", "l8"):
-        assert (await d.ask(slot, member="loud")).admitted
+    assert (await d.snapshot()).in_flight == 8
+    d.now += 1.0
+    for slot in ("q1", "q2", "q3"):
+        await d.done(slot)
+    assert await d.granted(*loud) == []  # the last three free: still kept
+    await d.done("q4")
+    assert await d.granted(*loud) == loud[:1]  # four were free
+    d.now += 10  # the quiet member no longer counts as active: the loud one takes all
+    assert await d.granted(*loud) == loud[:4]
     assert (await d.snapshot()).in_flight == 8
 
 
-@pytest.mark.parametrize(("allowed", "kept"), [(1, 0), (3, 0), (4, 1), (8, 2), (64, 2)])
-def test_the_headroom_is_at_most_a_quarter_of_the_limit(allowed, kept):
+async def test_the_loudest_member_is_the_one_asking_for_most_calls_not_the_most_served(state, name):
+    """A quiet member's big call outweighs the loud member's small ones in tokens served;
+    the loud member, asking for far more calls, is still the one kept off the last slots."""
+    d = Deployment(state, name, limits(8))
+    assert (await d.ask("q1", member="quiet", cost=5000)).admitted
+    loud = await crowd(d, "loud", held=7, waiting=30)
+    d.now += 1.0
+    await d.done("q1", service=5000)
+    assert await d.granted(*loud) == []
+    assert (await d.ask("q2", member="quiet", cost=5000)).admitted
+
+
+@pytest.mark.parametrize(
+    ("calls", "hold", "loud"),
+    [
+        ({"a": 20, "b": 20, "c": 20}, 1.0, None),  # alike: nobody
+        ({"a": 20, "b": 2}, 1.0, "a"),  # 6.9 slots wanted, a share of 4
+        ({"a": 20, "b": 2}, 0.5, None),  # 3.5 slots wanted: within its share
+        ({"a": 6, "b": 1}, 1.0, None),  # a burst, not a rate beyond its share
+        ({"a": 30, "b": 25, "c": 20}, 1.0, None),  # most, but not 1.5 times the average
+        ({"a": 40}, 5.0, None),  # alone: takes every slot
+    ],
+)
+def test_the_loud_member_asks_for_more_than_its_share_and_than_the_others(calls, hold, loud):
+    assert loudest(calls, 8, hold) == loud
+
+
+@pytest.mark.parametrize(("allowed", "kept"), [(1, 0), (3, 0), (4, 1), (5, 1), (8, 3), (64, 3)])
+def test_the_headroom_is_three_slots_at_most_and_none_for_a_small_deployment(allowed, kept):
     assert headroom(allowed) == kept
 
 
@@ -210,16 +250,14 @@ async def test_members_served_alike_keep_no_slot_free(state, name):
 
 async def test_a_kept_slot_goes_to_no_batch_call_while_an_interactive_one_waits(state, name):
     d = Deployment(state, name, limits(8))
-    assert (await d.ask("q1", member="quiet", cost=10)).admitted
-    for i in range(1, 6):
-        assert (await d.ask(f"l{i}", member="loud")).admitted
-    assert (await d.ask("l6", member="loud")).queued  # interactive, kept off the last two
-    assert (await d.ask("qb", BATCH, member="quiet", cost=10)).queued  # it would pass l6
-    assert (await d.ask("q2", member="quiet", cost=10)).admitted  # interactive, not loud
-    await d.done("l1")
-    assert await d.granted("l6", "qb") == []
-    await d.done("q1")
-    assert await d.granted("l6", "qb") == ["l6", "qb"]
+    loud = await crowd(d, "loud", held=8, waiting=30)  # interactive
+    assert (await d.ask("qb", BATCH, member="quiet", cost=10)).queued
+    d.now += 1.0
+    for i in range(3):
+        await d.done(f"loud-held-{i}")
+    assert await d.granted(*loud, "qb") == []  # three free: kept from both
+    await d.done("loud-held-3")
+    assert await d.granted(*loud, "qb") == loud[:1]  # four free: the interactive call first
 
 
 async def test_a_waiter_past_its_wait_limit_is_not_granted(state, name):
