@@ -27,6 +27,7 @@ log = logging.getLogger("sluice.state")
 
 SWEEP_SECONDS = 1.0
 CLOSE_SECONDS = 2.0
+SUBSCRIBE_SECONDS = 2.0
 
 
 class GrantSource(Protocol):
@@ -59,17 +60,23 @@ class GrantListener:
             self.start()
             # The first waiter lets the subscription settle; later ones never wait for it
             # (while Redis is away, say): the sweep finds a grant that was not heard.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._subscribed.wait(), 2.0)
+            await self._settle()
 
     async def expect_preemption(self, slot: str) -> asyncio.Future[None]:
         """Register a preemptible holder before it asks for its slot."""
         asked = self._preempts[slot] = asyncio.get_running_loop().create_future()
         if not self._tasks:  # as in `expect`: only the first waits for the subscription
             self.start()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._subscribed.wait(), 2.0)
+            await self._settle()
         return asked
+
+    async def _settle(self) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation that
+        # arrives as what it waits for completes (a listener cancelled in its close loops
+        # forever, and holds up a worker's shutdown).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SUBSCRIBE_SECONDS):
+                await self._subscribed.wait()
 
     def forget_preemption(self, slot: str) -> None:
         self._preempts.pop(slot, None)
@@ -131,7 +138,8 @@ class GrantListener:
                 # Bounded: a close that hangs on a dead connection must not keep a
                 # cancelled listener, and with it a worker's shutdown, waiting.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(pubsub.aclose(), CLOSE_SECONDS)  # type: ignore[no-untyped-call]  # redis-py: unannotated
+                    async with asyncio.timeout(CLOSE_SECONDS):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py: unannotated
 
     async def _sweep(self) -> None:
         while True:

@@ -146,7 +146,10 @@ async def granted_within(granted: asyncio.Future[None] | None, within: float) ->
     if granted is None:
         return False
     try:
-        await asyncio.wait_for(asyncio.shield(granted), within)
+        # asyncio.timeout, not wait_for, which on Python 3.11 drops the caller's
+        # cancellation (a client that left) when it arrives with the grant.
+        async with asyncio.timeout(within):
+            await asyncio.shield(granted)
     except TimeoutError:
         return False
     return True
