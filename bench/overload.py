@@ -792,6 +792,10 @@ def fairness_case(args: argparse.Namespace) -> None:
                 mine = [r for r in results if r.arrival.member in quiet]
                 served = [r.latency * 1000 for r in mine if r.served]
                 rows.setdefault("quiet members served", []).append(_share(mine, "interactive"))
+                refused = Counter(f"{r.status} {r.code}".strip() for r in mine if not r.served)
+                rows.setdefault("  quiet not served (status code)", []).append(
+                    ", ".join(f"{n} x {k}" for k, n in refused.most_common(1)) or "-"
+                )
                 for p in (50, 99):
                     rows.setdefault(f"  quiet p{p} from scheduled (ms)", []).append(
                         f"{openloop.pct(served, p):.0f}"

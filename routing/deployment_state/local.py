@@ -368,10 +368,11 @@ class LocalDeploymentState:
         mine = d.recent(member, now)
         queues = d.queues[priority]
         mine_waiting = len(queues.get(member, ()))
+        loud = self._loud(d, self._allowed(d), now)  # waits for more than the headroom
         ahead = sum(
             len(q)
             for m, q in queues.items()
-            if m == member or _before(d.recent(m, now), len(q), mine, mine_waiting)
+            if m == member or (m != loud and _before(d.recent(m, now), len(q), mine, mine_waiting))
         )
         return ahead + (self._waiting_count(d, INTERACTIVE) if priority == BATCH else 0)
 
@@ -447,11 +448,14 @@ class LocalDeploymentState:
             if asked is not None and not asked.done():
                 asked.set_result(None)
 
-    @staticmethod
-    def _loudest(d: _Deployment, allowed: int, now: float) -> str | None:
+    def _loudest(self, d: _Deployment, allowed: int, now: float) -> str | None:
         """The member kept off the last free slots (slot_policy rule 7)."""
         if allowed - len(d.slots) > headroom(allowed):
             return None
+        return self._loud(d, allowed, now)
+
+    @staticmethod
+    def _loud(d: _Deployment, allowed: int, now: float) -> str | None:
         active = {m for m, (_, at) in d.demand.items() if at >= now - ACTIVE_WITHIN}
         active.update(h.member for h in d.held.values())
         active.update(d.queues[INTERACTIVE], d.queues[BATCH])

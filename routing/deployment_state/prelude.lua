@@ -73,10 +73,46 @@ local function ahead_of(class)
   return ahead
 end
 
+-- The loud member (rules.loudest): of the members active here the one asking for the most
+-- calls, when that is LOUD_FACTOR times the average or more and beyond its share of the
+-- slots.
+local function loud_member(allowed)
+  local active, n = {}, 0
+  local function seen(m)
+    if not active[m] then active[m], n = recent_in(K_DEMAND, m), n + 1 end
+  end
+  local asked = redis.call('HGETALL', K_DEMAND)
+  for i = 1, #asked, 2 do
+    local sep = string.find(asked[i + 1], '|', 1, true)
+    if sep and tonumber(string.sub(asked[i + 1], sep + 1)) >= now - ACTIVE_WITHIN then
+      seen(asked[i])
+    end
+  end
+  local holders = redis.call('HVALS', K_HELD)
+  for i = 1, #holders do seen(split(holders[i])[2]) end
+  for _, class in ipairs({'interactive', 'batch'}) do
+    local members = redis.call('HKEYS', K_MEMBERS[class])
+    for i = 1, #members do seen(members[i]) end
+  end
+  if n < 2 then return nil end
+  local top, total = nil, 0
+  for m, s in pairs(active) do
+    total = total + s
+    if top == nil or s > active[top] then top = m end
+  end
+  local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
+  -- A steady rate r summed with a half-life h comes to r * h / ln 2.
+  local slots = active[top] * math.log(2) / SERVICE_HALF_LIFE * hold
+  if active[top] >= LOUD_FACTOR * total / n and slots > allowed / n then return top end
+  return nil
+end
+
 -- Waiters fair share serves before the next call of `member` (its own included): of its
--- class, those of members with less service (or as much and fewer calls waiting); for batch
--- every interactive one too (local.py's _served_before).
+-- class, those of members with less service (or as much and fewer calls waiting) but the
+-- loud member's, which wait for more than the headroom; for batch every interactive one
+-- too (local.py's _served_before).
 local function served_before(class, member)
+  local loud = loud_member(allowed_slots())
   local mine = service_of(member)
   local mine_waiting = tonumber(redis.call('HGET', K_MEMBERS[class], member) or '0')
   local counts = redis.call('HGETALL', K_MEMBERS[class])
@@ -84,7 +120,9 @@ local function served_before(class, member)
   for i = 1, #counts, 2 do
     local m, n = counts[i], tonumber(counts[i + 1])
     local s = service_of(m)
-    if m == member or s < mine or (s == mine and n < mine_waiting) then ahead = ahead + n end
+    if m == member or (m ~= loud and (s < mine or (s == mine and n < mine_waiting))) then
+      ahead = ahead + n
+    end
   end
   if class == 'batch' then ahead = ahead + redis.call('ZCARD', K_QUEUE.interactive) end
   return ahead
@@ -190,42 +228,14 @@ local function less(a, b)  -- lexicographic, for sort keys
   return false
 end
 
--- The member kept off the last free slots (slot_policy rule 7, rules.loudest): with at
--- most the headroom free, of the members active here the one asking most, when that is
--- LOUD_FACTOR times the average or more and beyond its share of the slots.
+-- The member kept off the last free slots (slot_policy rule 7): the loud member, with at
+-- most the headroom free.
 local function loudest(allowed)
   local free = allowed - redis.call('ZCARD', K_SLOTS)
   -- rules.headroom: FAIR_HEADROOM, at most a share of the limit, none for a small one
   if allowed < HEADROOM_FROM then return nil end
   if free > math.min(FAIR_HEADROOM, math.floor(allowed * HEADROOM_SHARE)) then return nil end
-  local active, n = {}, 0
-  local function seen(m)
-    if not active[m] then active[m], n = recent_in(K_DEMAND, m), n + 1 end
-  end
-  local asked = redis.call('HGETALL', K_DEMAND)
-  for i = 1, #asked, 2 do
-    local sep = string.find(asked[i + 1], '|', 1, true)
-    if sep and tonumber(string.sub(asked[i + 1], sep + 1)) >= now - ACTIVE_WITHIN then
-      seen(asked[i])
-    end
-  end
-  local holders = redis.call('HVALS', K_HELD)
-  for i = 1, #holders do seen(split(holders[i])[2]) end
-  for _, class in ipairs({'interactive', 'batch'}) do
-    local members = redis.call('HKEYS', K_MEMBERS[class])
-    for i = 1, #members do seen(members[i]) end
-  end
-  if n < 2 then return nil end
-  local top, total = nil, 0
-  for m, s in pairs(active) do
-    total = total + s
-    if top == nil or s > active[top] then top = m end
-  end
-  local hold = tonumber(redis.call('HGET', K_STATE, 'hold') or DEFAULT_HOLD)
-  -- A steady rate r summed with a half-life h comes to r * h / ln 2.
-  local slots = active[top] * math.log(2) / SERVICE_HALF_LIFE * hold
-  if active[top] >= LOUD_FACTOR * total / n and slots > allowed / n then return top end
-  return nil
+  return loud_member(allowed)
 end
 
 -- Least service first; ties to the member with the fewest calls waiting, then the longest

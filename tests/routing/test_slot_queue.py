@@ -221,6 +221,18 @@ async def test_the_loudest_member_is_the_one_asking_for_most_calls_not_the_most_
     assert (await d.ask("q2", member="quiet", cost=5000)).admitted
 
 
+async def test_a_member_served_more_is_not_refused_for_the_loud_members_backlog(state, name):
+    """The loud member's backlog waits for more than the headroom, so it is not counted
+    ahead of another member's call, even one whose member was served more: that call
+    queues (and gets the next free slot) instead of being refused on arrival."""
+    d = Deployment(state, name, limits(8))
+    assert (await d.ask("big", member="quiet", cost=5000)).admitted
+    await crowd(d, "loud", held=7, waiting=30)
+    assert (await d.ask("next", member="quiet", cost=5000, wait=d.now + 3)).queued
+    await d.done("big", service=5000)
+    assert await d.granted("next") == ["next"]
+
+
 @pytest.mark.parametrize(
     ("calls", "hold", "loud"),
     [
