@@ -8,7 +8,8 @@ Four quiet members at 3.8 calls/s each and a loud one at 10x that (2x the capaci
 all interactive, calls of 300 ms +- 30 %, the deployment sized to the provider (no capacity
 errors here: only the policy is measured). Printed per seed: the quiet members' p50/p99
 from arrival to answer with the loud member present and absent (the +% is the cost the
-loud member puts on them), and the share of the loud member's calls served ("loud").
+loud member puts on them), and the shares of the quiet and the loud members' calls served
+with the loud member present.
 """
 
 import argparse
@@ -120,7 +121,10 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--capacity", type=int, default=8)
     args = parser.parse_args()
-    print(f"{'seed':>5} {'quiet p50 ms':>18} {'quiet p99 ms':>18} {'p99 +%':>7} {'loud':>12}")
+    print(
+        f"{'seed':>5} {'quiet p50 ms':>18} {'quiet p99 ms':>18} {'p99 +%':>7}"
+        f" {'quiet served':>12} {'loud served':>12}"
+    )
     for seed in (int(s) for s in args.seeds.split(",")):
         out = {}
         for loud in (True, False):
@@ -129,9 +133,12 @@ def main() -> None:
             out[loud] = (pct(quiet, 50) * 1000, pct(quiet, 99) * 1000, result)
         with_, without = out[True], out[False]
         loud_served = len(with_[2]["served"].get("loud", [])) / with_[2]["offered"]["loud"]
+        quiet_asked = sum(n for m, n in with_[2]["offered"].items() if m != "loud")
+        quiet_served = sum(len(v) for m, v in with_[2]["served"].items() if m != "loud")
         print(
             f"{seed:5} {with_[0]:8.0f} / {without[0]:<7.0f} {with_[1]:8.0f} / {without[1]:<7.0f}"
-            f" {(with_[1] / without[1] - 1) * 100:+6.1f}% {loud_served * 100:11.1f}%"
+            f" {(with_[1] / without[1] - 1) * 100:+6.1f}% {quiet_served / quiet_asked * 100:11.1f}%"
+            f" {loud_served * 100:11.1f}%"
         )
 
 
