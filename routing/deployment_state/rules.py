@@ -139,8 +139,8 @@ def headroom(allowed: int) -> int:
     the limit, none below HEADROOM_FROM slots (the loud member would get next to nothing).
     Three of eight: with two, a burst of three quiet calls between two slots coming free
     waits for a loud member's call (bench/fairness_sim.py: quiet p99 +6 to +25 % beside a
-    loud member with two, -5 to +17 % with three, about 0 with four at a third less of the
-    loud member's calls served)."""
+    loud member with two, +6 to +16 % with three, about 0 with four at the price of a
+    quarter of what the loud member is served with three)."""
     if allowed < HEADROOM_FROM:
         return 0
     return min(FAIR_HEADROOM, int(allowed * HEADROOM_SHARE))
