@@ -431,6 +431,31 @@ async def test_a_settled_reservation_is_never_taken_back_twice(shared, key):
     assert (await shared.reserve([window(k, 100, 0)], slot(), now=t + 60)).values == [20.0]
 
 
+async def test_a_settle_sent_again_charges_once(shared, key):
+    """A settle whose answer was lost (the link to Redis went down after the script ran) is
+    sent again when Redis answers: the refund must not be made twice (here it let the
+    budget pass its limit by a call in the fleet bench's cut-off host)."""
+    k = key()
+    a = slot()
+    assert (await shared.reserve([window(k, 100, 80)], a)).failed is None
+    for _ in range(2):
+        await shared.settle([(k, -60.0)], [], a, reserved=[80.0])  # used 20
+    assert await peek(shared, k) == 20.0
+
+
+async def test_a_settle_sent_again_after_a_sweep_charges_once(shared, key):
+    from quotas.counters.redis import pending_lease
+
+    k = key()
+    t = time.time()
+    a = slot()
+    await shared.reserve([window(k, 100, 80)], a, now=t - pending_lease().lease - 5)
+    assert (await shared.reserve([window(k, 100, 0)], slot(), now=t)).values == [0.0]  # swept
+    for _ in range(2):
+        await shared.settle([(k, -30.0)], [], a, reserved=[80.0])  # used 50
+    assert await peek(shared, k) == 50.0
+
+
 async def test_a_late_settle_of_a_swept_reservation_charges_what_was_used(shared, key):
     """A worker that stalled past its deadline and then finishes: the sweep took its 80
     back; its settle (used 50) adds the 50, not 50 - 80."""
