@@ -3,11 +3,13 @@ worker not heard from still counts (its share of a limit while Redis is away), a
 a worker named so is one of this host's that has ended (what it held can be taken back at
 once, without waiting for its leases to run out).
 
-A name is `host:pid:started:random`. The host is the host name and this boot of its kernel
-(two machines given one name stay apart; a reboot is a new host, whose old workers are all
-gone); `started` is when the process started, in clock ticks since boot (a pid used again,
-as in a container started again, is a new process). Both are Linux's (/proc); where they
-cannot be read, a name says less and is judged only when its pid is not running."""
+A name is `host:pid:started:random`. The host is the host name, this boot of its kernel
+and its process namespace (two machines given one name, or two containers sharing the
+machine's name, stay apart; a reboot, or a container started again, is a new host whose
+predecessor's workers are left to their leases); `started` is when the process started,
+in clock ticks since boot (a pid used again is a new process). These are Linux's (/proc);
+where they cannot be read, a name says less and is judged only when its pid is not
+running."""
 
 import os
 import socket
@@ -20,11 +22,14 @@ LIVE_WITHIN = 60.0  # seconds: a worker heard from this recently counts as live
 
 @cache
 def this_host() -> str:
+    """The host name, this boot of the kernel and the process namespace: whose pids a
+    worker can look up (containers of one machine may share its name, not its pids)."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        pids = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").rstrip("]")
     except OSError:
-        boot = ""
-    return f"{socket.gethostname()}/{boot}"
+        boot = pids = ""
+    return f"{socket.gethostname()}/{boot}/{pids}"
 
 
 def _stat(pid: int) -> list[str]:

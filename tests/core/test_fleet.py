@@ -21,7 +21,6 @@ def test_a_running_worker_is_not_gone():
 
 
 def test_a_pid_used_again_by_a_later_process_is_a_new_worker():
-    """A container started again runs its workers under the pids the old ones had."""
     host, pid, started, random = worker_name().split(":")
     assert started  # Linux: /proc
     earlier = f"{host}:{pid}:{int(started) - 1}:{random}"
@@ -33,6 +32,6 @@ def test_a_worker_of_another_host_or_of_another_shape_is_never_judged():
     child.wait()
     _, pid, started, random = worker_name(child.pid).split(":")
     assert gone(f"{this_host()}:{pid}:{started}:{random}")
-    assert not gone(f"elsewhere/12345678:{pid}:{started}:{random}")
+    assert not gone(f"elsewhere/12345678/4026531836:{pid}:{started}:{random}")
     assert not gone(f"{this_host().split('/')[0]}:{pid}:{random}")  # an older worker's name
     assert not gone("")
