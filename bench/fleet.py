@@ -22,15 +22,15 @@ printed: calls failed (no answer from a gateway: only calls in flight on a dead 
 host may fail), interactive calls served, the budget's accuracy, audit rows found for the
 calls answered, and when the last failure happened after the fault began.
 
-The budget: as the load ends, the budgeted key calls on until its budget refuses it (8 at
-a time; then, once every call of the run has ended and every host is back, one at a time,
-so no call in flight holds a reservation). The budget column is the tokens its calls used
-/ its budget (over 100 %: a limit that did not hold), and `left` what the budget refused
-to spend, in calls' reservations. A call reserves the most it may take (its prompt's
-bytes / 4 and its max_tokens: here 31 tokens for a call that uses 11) and is refused when
-that no longer fits in what is left: a budget held exactly ends with less than one
-reservation left (left < 1). The budget is 300 calls' worth: one reservation is under 1 %
-of it.
+The budget: once every call of the run has ended and every host is back, the budgeted key
+calls on until its budget refuses it (8 at a time, then fewer, down to one at a time, so
+no call in flight holds a reservation at the last refusal). The budget column is the
+tokens its calls used / its budget (over 100 %: a limit that did not hold), and `left`
+what the budget refused to spend, in calls' reservations. A call reserves the most it may
+take (its prompt's bytes / 4 and its max_tokens: here 29-31 tokens for a call that uses
+11) and is refused when that no longer fits in what is left: a budget held exactly ends
+with less than one reservation left (left < 1). The budget is 300 calls' worth: one
+reservation is under 1 % of it.
 
 A last table is the same load on one host (`none` only). Needs root (namespaces), Debian's
 haproxy, pgbouncer and redis-sentinel (redis-server --sentinel does too).
@@ -476,6 +476,19 @@ def _audited(f: Fleet, ids: list[str]) -> int:
         return int(row[0]) if row else 0
 
 
+def _budget_refusal(answer: httpx.Response | None) -> float | None:
+    """What a call reserves, as the budget's refusal says ("needs up to N"), or None when
+    `answer` is something else."""
+    if answer is None or answer.status_code != 429:
+        return None
+    try:
+        error = answer.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    said = re.search(r"this request needs up to ([\d.]+)", str(error.get("message")))
+    return float(said.group(1)) if error.get("code") == "budget_exceeded" and said else None
+
+
 @dataclass
 class Spender:
     """The budgeted key, calling on until its budget refuses it."""
@@ -485,6 +498,7 @@ class Spender:
     served: list[str] = field(default_factory=list)  # ids of the calls answered 200
     needs: float = 0.0  # what the last refusal said a call reserves
     refused_at: float = 0.0  # time.monotonic() of the last refusal
+    failed: int = 0  # answers neither 200 nor the budget's refusal
     tries: int = 0
 
     async def spend(self, at_once: int) -> None:
@@ -502,17 +516,17 @@ class Spender:
                         f"{self.url}/v1/chat/completions", json=body, headers=headers
                     )
                 except httpx.HTTPError:
-                    return False
-                if answer.status_code == 200:
+                    answer = None
+                if answer is not None and answer.status_code == 200:
                     self.served.append(answer.headers["x-sluice-request-id"])
                     return False
-                error = answer.json().get("error", {})
-                said = re.search(r"this request needs up to ([\d.]+)", error.get("message", ""))
-                if answer.status_code == 429 and error.get("code") == "budget_exceeded" and said:
-                    self.needs = float(said.group(1))
-                    self.refused_at = time.monotonic()
+                needs = _budget_refusal(answer)
+                if needs is not None:
+                    self.needs, self.refused_at = needs, time.monotonic()
                     return True
-                return False  # at capacity, say: again
+                self.failed += 1
+                await asyncio.sleep(0.1)  # at capacity, or no gateway answered: again soon
+                return False
 
             async def caller() -> None:
                 while not await refused():
@@ -540,12 +554,7 @@ def run(
     async def look() -> None:
         seen.append(await observe(f, 0))
 
-    # As the load ends, the budgeted key spends what is left of its budget, 8 calls at a
-    # time; once every call of the run has ended, one at a time (what calls in flight had
-    # reserved beyond their use has come back): the budget's last refusal.
-    spender = Spender(url, keys["budget"])
     events = [(fault_at, action), (fault_at + 1.5, look)] if action else []
-    events.append((seconds, lambda: spender.spend(at_once=8)))
     ran: list[float] = []
     began = time.monotonic() + 0.5  # openloop.fire's start, within a few milliseconds
     results = asyncio.run(
@@ -568,7 +577,12 @@ def run(
         audited = _audited(f, answered)
     for index in range(len(f.net.hosts)):  # every host back before the last refusal
         wait_for(lambda i=index: f.host_ready(i), 60, f"host {index} after {fault}")
-    asyncio.run(spender.spend(at_once=1))
+    # Once every call of the run has ended, the budgeted key spends what is left of its
+    # budget, 8 calls at a time, then fewer down to one: at the last refusal no call holds
+    # a reservation beyond what it used.
+    spender = Spender(url, keys["budget"])
+    for at_once in (8, 4, 2, 1):
+        asyncio.run(spender.spend(at_once=at_once))
     deadline = time.monotonic() + 20
     while _audited(f, spender.served) < len(spender.served) and time.monotonic() < deadline:
         time.sleep(0.5)
