@@ -19,16 +19,27 @@ has a monthly token budget that the run spends. For each fault, while calls arri
   PostgreSQL      the harness's own PostgreSQL restarted (pg_ctl restart -m fast)
 
 printed: calls failed (no answer from a gateway: only calls in flight on a dead or cut
-host may fail), interactive calls served, the budget's accuracy (tokens admitted for the
-budgeted key / its budget: over 100 % is a limit that did not hold), audit rows found for
-the calls answered, and when the last failure happened after the fault began. A last table
-is the same load on one host (`none` only). Needs root (namespaces), Debian's haproxy,
-pgbouncer and redis-sentinel (redis-server --sentinel does too).
+host may fail), interactive calls served, the budget's accuracy, audit rows found for the
+calls answered, and when the last failure happened after the fault began.
+
+The budget: once every call of the run has ended and every host is back, the budgeted key
+calls on until its budget refuses it (8 at a time, then fewer, down to one at a time, so
+no call in flight holds a reservation at the last refusal). The budget column is the
+tokens its calls used / its budget (over 100 %: a limit that did not hold), and `left`
+what the budget refused to spend, in calls' reservations. A call reserves the most it may
+take (its prompt's bytes / 4 and its max_tokens: here 29-31 tokens for a call that uses
+11) and is refused when that no longer fits in what is left: a budget held exactly ends
+with less than one reservation left (left < 1). The budget is 300 calls' worth: one
+reservation is under 1 % of it.
+
+A last table is the same load on one host (`none` only). Needs root (namespaces), Debian's
+haproxy, pgbouncer and redis-sentinel (redis-server --sentinel does too).
 """
 
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,9 +63,9 @@ PG_BIN = max(_PG.iterdir(), key=lambda p: int(p.name)) / "bin" if _PG.is_dir() e
 CALL_MS = 200
 CAPACITY = 8  # the simulator's model takes 8 calls at a time: 40 calls a second
 MEMBERS = {"m1": 1.0, "m2": 1.0, "m3": 1.0, "m4": 1.0, "budget": 2.0}
-BUDGET_CALLS = 60  # the budgeted key's monthly tokens: this many calls' worth
+BUDGET_CALLS = 300  # the budgeted key's monthly tokens: this many calls' worth
 METRICS_TOKEN = "fleet-metrics"
-EXTRA = {"max_tokens": 8}  # what the simulator answers: a reservation is what a call takes
+EXTRA = {"max_tokens": 8}  # what the simulator answers
 
 CONFIG = """
 [[upstreams]]
@@ -404,7 +415,9 @@ class Row:
     failed: int
     failed_after_fault: int  # failures of calls that arrived after the fault began
     interactive: float  # share served
-    budget: float  # tokens admitted for the budgeted key / its budget
+    budget: float  # tokens the budgeted key's calls used / its budget, once it is refused
+    left: float  # what the budget refused to spend at the end, in calls' reservations
+    measured: float  # seconds from the fault (or the start) to the budget's last refusal
     answered: int
     audited: int
     recovery: float | None  # seconds from the fault to the last failure
@@ -463,6 +476,65 @@ def _audited(f: Fleet, ids: list[str]) -> int:
         return int(row[0]) if row else 0
 
 
+def _budget_refusal(answer: httpx.Response | None) -> float | None:
+    """What a call reserves, as the budget's refusal says ("needs up to N"), or None when
+    `answer` is something else."""
+    if answer is None or answer.status_code != 429:
+        return None
+    try:
+        error = answer.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    said = re.search(r"this request needs up to ([\d.]+)", str(error.get("message")))
+    return float(said.group(1)) if error.get("code") == "budget_exceeded" and said else None
+
+
+@dataclass
+class Spender:
+    """The budgeted key, calling on until its budget refuses it."""
+
+    url: str
+    key: str
+    served: list[str] = field(default_factory=list)  # ids of the calls answered 200
+    needs: float = 0.0  # what the last refusal said a call reserves
+    refused_at: float = 0.0  # time.monotonic() of the last refusal
+    failed: int = 0  # answers neither 200 nor the budget's refusal
+    tries: int = 0
+
+    async def spend(self, at_once: int) -> None:
+        """`at_once` calls at a time, each caller until the budget refuses it."""
+        body = {"model": "m", "messages": [{"role": "user", "content": "Open loop."}], **EXTRA}
+        headers = {"Authorization": f"Bearer {self.key}", "X-Sluice-Priority": "interactive"}
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def refused() -> bool:
+                self.tries += 1
+                if self.tries > 20 * BUDGET_CALLS:
+                    raise RuntimeError("the budget never refused the budgeted key")
+                try:
+                    answer = await client.post(
+                        f"{self.url}/v1/chat/completions", json=body, headers=headers
+                    )
+                except httpx.HTTPError:
+                    answer = None
+                if answer is not None and answer.status_code == 200:
+                    self.served.append(answer.headers["x-sluice-request-id"])
+                    return False
+                needs = _budget_refusal(answer)
+                if needs is not None:
+                    self.needs, self.refused_at = needs, time.monotonic()
+                    return True
+                self.failed += 1
+                await asyncio.sleep(0.1)  # at capacity, or no gateway answered: again soon
+                return False
+
+            async def caller() -> None:
+                while not await refused():
+                    pass
+
+            await asyncio.gather(*(caller() for _ in range(at_once)))
+
+
 def run(
     f: Fleet,
     url: str,
@@ -484,6 +556,7 @@ def run(
 
     events = [(fault_at, action), (fault_at + 1.5, look)] if action else []
     ran: list[float] = []
+    began = time.monotonic() + 0.5  # openloop.fire's start, within a few milliseconds
     results = asyncio.run(
         openloop.fire(
             f"{url}/v1/chat/completions", keys, load.arrivals, model="m", events=events,
@@ -493,7 +566,7 @@ def run(
     )  # fmt: skip
     # When the fault really struck: the event runs late when the loop is busy, and calls
     # sent before it are in flight on the host it strikes.
-    struck = ran[0] if ran else fault_at
+    struck = ran[0] if action else fault_at
     failed = [r for r in results if not r.request_id]
     answered = [r.request_id for r in results if r.request_id]
     # Rows of a host that was cut off or killed come once it is back (its spool).
@@ -502,6 +575,18 @@ def run(
     while audited < len(answered) and time.monotonic() < deadline:
         time.sleep(0.5)
         audited = _audited(f, answered)
+    for index in range(len(f.net.hosts)):  # every host back before the last refusal
+        wait_for(lambda i=index: f.host_ready(i), 60, f"host {index} after {fault}")
+    # Once every call of the run has ended, the budgeted key spends what is left of its
+    # budget, 8 calls at a time, then fewer down to one: at the last refusal no call holds
+    # a reservation beyond what it used.
+    spender = Spender(url, keys["budget"])
+    for at_once in (8, 4, 2, 1):
+        asyncio.run(spender.spend(at_once=at_once))
+    deadline = time.monotonic() + 20
+    while _audited(f, spender.served) < len(spender.served) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    used = _tokens_of(f, budget_prefix)
     # The budgeted member's refusals are its budget holding, not priority failing.
     interactive = [
         r for r in results if r.arrival.priority == "interactive" and r.arrival.member != "budget"
@@ -513,7 +598,9 @@ def run(
         failed=len(failed),
         failed_after_fault=sum(1 for r in failed if r.arrival.at > struck + 0.05),
         interactive=sum(r.served for r in interactive) / max(1, len(interactive)),
-        budget=_tokens_of(f, budget_prefix) / budget_tokens,
+        budget=used / budget_tokens,
+        left=(budget_tokens - used) / spender.needs if spender.needs else float("nan"),
+        measured=spender.refused_at - began - (struck if action else 0.0),
         answered=len(answered),
         audited=audited,
         recovery=None if last is None or not action else max(0.0, last - fault_at - 0.5),
@@ -525,13 +612,14 @@ def print_rows(title: str, rows: list[Row]) -> None:
     print(f"\n{title}")
     print(
         f"  {'fault':16}{'calls':>7}{'failed':>8}{'after':>7}{'interactive':>13}"
-        f"{'budget':>9}{'answered':>10}{'audited':>9}{'last failure':>14}"
+        f"{'budget':>9}{'left':>6}{'at':>7}{'answered':>10}{'audited':>9}{'last failure':>14}"
     )
     for r in rows:
         last = "—" if r.recovery is None else f"+{r.recovery:.1f} s"
         print(
             f"  {r.fault:16}{r.calls:7}{r.failed:8}{r.failed_after_fault:7}"
-            f"{r.interactive * 100:12.1f}%{r.budget * 100:8.1f}%{r.answered:10}"
+            f"{r.interactive * 100:12.1f}%{r.budget * 100:8.1f}%{r.left:6.2f}"
+            f"{f'+{r.measured:.0f} s':>7}{r.answered:10}"
             f"{r.audited:9}{last:>14}"
         )
     for r in rows:
@@ -539,8 +627,10 @@ def print_rows(title: str, rows: list[Row]) -> None:
             print(f"  {r.fault:16}1.5 s in, host 0: {r.seen}")
     print(
         "  (failed: no answer from a gateway; after: of those, calls that arrived after the "
-        "fault began;\n   budget: tokens admitted for the budgeted key / its budget; last "
-        "failure: after the fault began;\n   interactive: of the members without a budget)"
+        "fault began;\n   budget: tokens the budgeted key used / its budget once it was refused; "
+        "left: unspent, in calls' reservations;\n   at: that last refusal, from the fault (or "
+        "the start); last failure: after the fault began;\n   interactive: of the members "
+        "without a budget)"
     )
 
 
@@ -651,8 +741,6 @@ def fleet_tables(
             time.sleep(0.5)
             rows.append(run(f, url, keys, name, action, budget_prefix=prefix,
                             budget_tokens=budget, **shape))  # fmt: skip
-            for index in range(hosts):  # every host back before the next fault
-                wait_for(lambda i=index: f.host_ready(i), 60, f"host {index} after {name}")
         one = f.start_haproxy([0])
         prefix, budget = new_budget(f, keys, per_call)
         single = run(f, one, keys, "none", None, budget_prefix=prefix, budget_tokens=budget,

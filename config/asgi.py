@@ -7,7 +7,8 @@ middleware stack (routing/request_path/proxy_handler.py); the Batch API's `/v1/f
 `/v1/batches` through the same handler with a larger upload limit. Everything else (admin, console,
 management API) goes through Django's full handler, its body bounded in size and time
 (config/bounded_handler.py). Lifespan startup starts the capacity and budget alert loops (and,
-with Redis, the metrics push) and chains the drain onto the server's SIGTERM
+with Redis, the metrics push, and takes back the quota reservations that ended workers of
+this host left) and chains the drain onto the server's SIGTERM
 (config/draining.py); shutdown, once the calls in flight ended or were cut at the drain's bound,
 writes the audit rows still in memory.
 """
@@ -34,6 +35,7 @@ from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
 from config.draining import worker_drain  # noqa: E402
 from config.health import HEALTH_PATHS, LIVE_BODY, is_liveness, readiness  # noqa: E402
+from quotas.counters import quota_counters  # noqa: E402
 from routing.observability.audit import audit_writer  # noqa: E402
 from routing.observability.budget_alert import budget_alert_loop  # noqa: E402
 from routing.observability.capacity_alert import capacity_alert_loop  # noqa: E402
@@ -143,6 +145,9 @@ class Application:
                 audit_writer.start()
                 if settings.REDIS_URL:
                     self._background.append(loop.create_task(metrics_push_loop()))
+                    # What workers of this host that ended (killed) left reserved.
+                    counters = quota_counters()
+                    self._background.append(loop.create_task(counters.take_back_ended()))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 worker_drain.begin()  # also when stopped another way than by a signal

@@ -58,3 +58,8 @@ class QuotaCounters(Protocol):
 
     async def park(self, keys: list[str], slot: str, *, parked: bool) -> None:
         """Mark (or unmark) a lease as held by a call waiting in a deployment's queue."""
+
+    async def take_back_ended(self) -> int:
+        """At a worker's start: take back what workers of this host that have ended left
+        reserved (they will never settle it). Answers how many reservations."""
+        ...

@@ -92,6 +92,9 @@ class LocalQuotaCounters:
         await self.adjust(deltas)
         await self.release(lease_keys, slot)
 
+    async def take_back_ended(self) -> int:
+        return 0  # one worker: no other worker's reservations live here
+
     async def renew(self, held: dict[str, tuple[Any, list[str]]]) -> None:
         now = time.time()
         for key, (length, slots) in held.items():

@@ -10,7 +10,7 @@ import redis.asyncio as redis
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from core.fleet import LIVE_WITHIN, worker_name
+from core.fleet import LIVE_WITHIN, gone, worker_name
 from core.lua import Scripts, lua_source
 from core.redis_client import redis_client
 from core.redis_down import RedisDown, RedisDownPolicy
@@ -38,8 +38,8 @@ def pending_lease() -> LeaseLength:
 
 SCRIPTS = Scripts(
     {
-        name: lua_source(Path(__file__).parent, (name,), LUA_CONSTANTS)
-        for name in ("reserve", "settle")
+        name: lua_source(Path(__file__).parent, ("ledger", name), LUA_CONSTANTS)
+        for name in ("reserve", "settle", "pending_workers", "take_back")
     }
 )
 
@@ -48,6 +48,10 @@ PARKED_FOR = 120.0  # seconds: the quota lease's length (a queue wait is shorter
 
 def _check_args(c: Check) -> list[Any]:
     return [c.limit, c.amount, c.ttl, int(c.lease), c.seed, int(c.skip_parked)]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class QuotaStoreDown(RedisDown):
@@ -149,6 +153,24 @@ class RedisQuotaCounters:
                 )
         except (RedisError, OSError) as exc:
             POLICY.failed(exc, refuse=False)  # lost: the audit trail still holds the calls
+
+    async def take_back_ended(self) -> int:
+        """What workers of this host that have ended (killed, crashed) left reserved in the
+        ledger, taken back now: they will never settle it, and their leases would hold it
+        until they run out. Run by a worker as it starts; a host that never comes back has
+        its reservations taken back when their leases end. Answers how many."""
+        try:
+            scripts = SCRIPTS.on(self._client())
+            workers = await scripts["pending_workers"](args=[self.ledger])
+            ended = [name for name in map(_text, workers) if gone(name)]
+            if not ended:
+                return 0
+            taken = await scripts["take_back"](args=[self.ledger, *ended])
+        except (RedisError, OSError) as exc:
+            POLICY.failed(exc, refuse=False)  # their leases still run out
+            return 0
+        log.info("took back %s reservations of %s ended workers", taken, len(ended))
+        return int(taken)
 
     async def adjust(self, deltas: list[tuple[str, float]]) -> None:
         await self.settle(deltas, [], "")

@@ -5,10 +5,11 @@
 -- reserved counts as live. Answers {0, values..., live workers} when every check passes
 -- (and adds to them all), else {failing check, its value, live workers}.
 --
--- The ledger: a reservation's amounts wait there, by slot, until the call settles; the
--- worker renews the deadline while the call runs. A slot past its deadline belonged to a
--- worker that died: its amounts are taken back off the counters here, before any check
--- reads them, and the slot is marked swept (so a late settle charges what was used).
+-- The ledger (ledger.lua): a reservation's amounts wait there, by slot, with the worker
+-- that made it, until the call settles; the worker renews the deadline while the call
+-- runs. A slot past its deadline belonged to a worker that died (or was cut off that long):
+-- it is taken back here, before any check reads the counters. A starting worker takes
+-- back at once what ended workers of its own host left (take_back.lua).
 local now, slot, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local ledger = ARGV[4 + n * ARGS_PER_CHECK]
 local deadline = tonumber(ARGV[5 + n * ARGS_PER_CHECK])
@@ -20,17 +21,7 @@ redis.call('EXPIRE', workers_key, LEDGER_KEEP)
 local live = redis.call('ZCARD', workers_key)
 if ledger ~= '' then
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)) do
-    local held = redis.call('HGETALL', ledger .. ':' .. dead)
-    for j = 1, #held, 2 do
-      if redis.call('EXISTS', held[j]) == 1 then
-        if tonumber(redis.call('INCRBYFLOAT', held[j], -tonumber(held[j + 1]))) < 0 then
-          redis.call('SET', held[j], 0, 'KEEPTTL')
-        end
-      end
-    end
-    redis.call('DEL', ledger .. ':' .. dead)
-    redis.call('ZREM', ledger, dead)
-    redis.call('SET', ledger .. ':swept:' .. dead, 1, 'EX', LEDGER_KEEP)
+    take_back(ledger, dead)
   end
 end
 local values = {}
@@ -73,6 +64,7 @@ for i = 1, n do
   end
 end
 if pending then
+  redis.call('HSET', ledger .. ':' .. slot, WORKER_FIELD, worker)
   redis.call('EXPIRE', ledger .. ':' .. slot, LEDGER_KEEP)
   redis.call('ZADD', ledger, deadline, slot)
   redis.call('EXPIRE', ledger, LEDGER_KEEP)

@@ -3,18 +3,23 @@
 -- reserved on each counter. A counter never goes below 0; one Redis lost is left unset.
 -- A reservation the ledger swept (its worker seemed dead) was already taken back, so
 -- what was reserved is added back to the delta: the counter ends charged what was used.
+-- A slot the ledger holds neither pending nor swept was settled already: this is the same
+-- settle sent again (its first answer was lost on the way back), so the counters are left
+-- as they are.
 local n = tonumber(ARGV[1])
 local slot, ledger = ARGV[2], ARGV[n + 3]
-local swept = false
+local swept, settled = false, false
 if ledger ~= '' then
   if redis.call('ZREM', ledger, slot) == 1 then
     redis.call('DEL', ledger .. ':' .. slot)
   elseif redis.call('DEL', ledger .. ':swept:' .. slot) == 1 then
     swept = true
+  else
+    settled = true
   end
 end
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
+  if not settled and redis.call('EXISTS', KEYS[i]) == 1 then
     local delta = tonumber(ARGV[i + 2])
     if swept then delta = delta + tonumber(ARGV[n + 3 + i]) end
     if tonumber(redis.call('INCRBYFLOAT', KEYS[i], delta)) < 0 then

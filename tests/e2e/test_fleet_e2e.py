@@ -1,9 +1,10 @@
 """Three gateway hosts in network namespaces of their own behind HAProxy, on Redis with
 Sentinels and PgBouncer, each fault while open-loop calls arrive (bench/fleet.py builds it
 and prints the table that docs/deploy.md quotes). What must hold, fault by fault: only calls
-in flight on a dead or cut host fail, a budget is never exceeded across the fleet (but while
-Redis has no primary, when the documented Redis-down policy decides), every answered call
-has its audit row, and interactive calls are served."""
+in flight on a dead or cut host fail, a budget is held exactly across the fleet (but while
+Redis has no primary, when the documented Redis-down policy decides): never exceeded, and
+spent to within one call's reservation; every answered call has its audit row, and
+interactive calls are served."""
 
 import os
 import sys
@@ -26,7 +27,10 @@ def _skip_reason() -> str | None:
 pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "")
 
 
-def test_the_fleet_rides_out_each_fault() -> None:
+def test_the_fleet_rides_out_each_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pending reservations outlive the run: what a killed host held comes back only because
+    # its next worker takes it back as it starts, not because the lease ran out meanwhile.
+    monkeypatch.setenv("SLUICE_QUOTA_PENDING_LEASE_SECONDS", "120")
     tables = fleet.fleet_tables(hosts=3, workers=2, seconds=8)
     for title, rows in tables:
         fleet.print_rows(title, rows)
@@ -43,12 +47,12 @@ def test_the_fleet_rides_out_each_fault() -> None:
     for row in [*rows, single]:
         assert row.failed_after_fault == 0, row  # only calls in flight when it struck
         if row.fault != "Redis failover":  # without a primary: the Redis-down policy
-            assert row.budget <= 1.0, row  # never more than the budget, across the fleet
+            # Exact across the fleet, once the fault is over: never more than the budget,
+            # and refused only when a call's reservation no longer fit in what was left.
+            assert row.budget <= 1.0, row
+            assert row.left < 1.0, row
+            assert row.budget >= 0.99, row  # one reservation is under 1 % of this budget
         assert row.audited == row.answered, row  # nothing answered is missing from the trail
     for row in (by_fault["none"], single):
         assert row.failed == 0, row
         assert row.interactive >= 0.99, row
-        # And not far below it either (a reservation never settled left 55 %). An 8 s run
-        # ends while the budgeted member's batch calls still wait with their reservations,
-        # so it lands at 80-97 % from run to run; 16 s runs give 96.7 % (docs/deploy.md).
-        assert row.budget >= 0.75, row

@@ -3,6 +3,7 @@ REDIS_URL is set) must follow the same rules. Plus what Redis going away does.""
 
 import asyncio
 import os
+import subprocess
 import time
 import uuid
 
@@ -430,6 +431,31 @@ async def test_a_settled_reservation_is_never_taken_back_twice(shared, key):
     assert (await shared.reserve([window(k, 100, 0)], slot(), now=t + 60)).values == [20.0]
 
 
+async def test_a_settle_sent_again_charges_once(shared, key):
+    """A settle whose answer was lost (the link to Redis went down after the script ran) is
+    sent again when Redis answers: the refund must not be made twice (here it let the
+    budget pass its limit by a call in the fleet bench's cut-off host)."""
+    k = key()
+    a = slot()
+    assert (await shared.reserve([window(k, 100, 80)], a)).failed is None
+    for _ in range(2):
+        await shared.settle([(k, -60.0)], [], a, reserved=[80.0])  # used 20
+    assert await peek(shared, k) == 20.0
+
+
+async def test_a_settle_sent_again_after_a_sweep_charges_once(shared, key):
+    from quotas.counters.redis import pending_lease
+
+    k = key()
+    t = time.time()
+    a = slot()
+    await shared.reserve([window(k, 100, 80)], a, now=t - pending_lease().lease - 5)
+    assert (await shared.reserve([window(k, 100, 0)], slot(), now=t)).values == [0.0]  # swept
+    for _ in range(2):
+        await shared.settle([(k, -30.0)], [], a, reserved=[80.0])  # used 50
+    assert await peek(shared, k) == 50.0
+
+
 async def test_a_late_settle_of_a_swept_reservation_charges_what_was_used(shared, key):
     """A worker that stalled past its deadline and then finishes: the sweep took its 80
     back; its settle (used 50) adds the 50, not 50 - 80."""
@@ -444,6 +470,91 @@ async def test_a_late_settle_of_a_swept_reservation_charges_what_was_used(shared
     await shared.settle([(k, -30.0), (other, -0.3)], [], a, reserved=[80.0, 0.8])
     assert await peek(shared, k) == 50.0
     assert await peek(shared, other) == pytest.approx(0.5)
+
+
+# --- a worker's reservations when it ends ---------------------------------------------------
+
+
+@pytest.fixture
+async def host(key):
+    """Redis counters of workers of this host on one ledger: `worker(ended=True)` is one
+    whose process has ended (killed: it never settles what it reserved)."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("REDIS_URL is not set")
+    from core.fleet import worker_name
+    from quotas.counters.redis import RedisQuotaCounters
+
+    ledger = key() + ":pending"
+    made = []
+
+    def worker(*, ended: bool = False, name: str | None = None) -> RedisQuotaCounters:
+        backend = RedisQuotaCounters(url, ledger=ledger)
+        if ended:
+            child = subprocess.Popen(["sleep", "30"])
+            backend.worker = worker_name(child.pid)
+            child.kill()
+            child.wait()
+        elif name is not None:
+            backend.worker = name
+        made.append(backend)
+        return backend
+
+    yield worker
+    for backend in made:
+        await backend._client().aclose()
+
+
+async def test_a_starting_worker_takes_back_at_once_what_ended_workers_of_its_host_reserved(
+    host, key
+):
+    """A worker killed with calls under way: their reservations would hold the limit until
+    their leases ran out (30 s); the next worker to start on its host takes them back."""
+    k, other = key(), key()
+    killed = host(ended=True)
+    for _ in range(2):
+        assert (
+            await killed.reserve([window(k, 100, 40), window(other, 10, 2)], slot())
+        ).failed is None
+    starting = host()
+    assert (await starting.reserve([window(k, 100, 30)], slot())).failed == 0
+    assert await starting.take_back_ended() == 2
+    assert await starting.reserve([window(k, 100, 30)], slot()) == Verdict(None, [30.0])
+    assert await peek(starting, other) == 0.0
+    assert await starting.take_back_ended() == 0  # once
+
+
+async def test_reservations_of_live_workers_and_of_other_hosts_are_left_to_their_leases(host, key):
+    """Only a worker of this host whose process has ended is known to be gone: one still
+    running (this process) and one of another host (its pid means nothing here) keep
+    theirs until they settle or their leases end."""
+    from core.fleet import worker_name
+
+    k = key()
+    running = host()
+    elsewhere = host(name="other-host/0000abcd:" + worker_name(2**22 + 7).split(":", 1)[1])
+    for w in (running, elsewhere):
+        assert (await w.reserve([window(k, 100, 40)], slot())).failed is None
+    assert await host().take_back_ended() == 0
+    assert (await running.reserve([window(k, 100, 30)], slot())).failed == 0
+
+
+async def test_a_taken_back_reservation_settled_after_all_charges_what_was_used(host, key):
+    """Should a worker thought ended still settle (it was not), the counter ends charged
+    what its call used, as after a reservation swept at its deadline."""
+    k = key()
+    a = slot()
+    stalled = host(ended=True)
+    assert (await stalled.reserve([window(k, 100, 80)], a)).failed is None
+    assert await host().take_back_ended() == 1
+    await stalled.settle([(k, -30.0)], [], a, reserved=[80.0])  # used 50
+    assert await peek(stalled, k) == 50.0
+
+
+async def test_the_in_process_counters_have_no_other_worker_to_take_back_from(key):
+    counters = LocalQuotaCounters()
+    assert (await counters.reserve([window(key(), 100, 80)], slot())).failed is None
+    assert await counters.take_back_ended() == 0
 
 
 # --- a worker's share while Redis is away --------------------------------------------------

@@ -20,6 +20,6 @@ def test_reserve_packs_each_check_with_the_stride_the_lua_reads():
 
 def test_every_quota_script_starts_with_the_table():
     header = lua_header(backend.LUA_CONSTANTS)
-    assert set(backend.SCRIPTS.sources) == {"reserve", "settle"}
+    assert set(backend.SCRIPTS.sources) == {"reserve", "settle", "pending_workers", "take_back"}
     for name, source in backend.SCRIPTS.sources.items():
         assert source.startswith(header), name
