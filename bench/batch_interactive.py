@@ -154,7 +154,14 @@ rows = (
     .values("outcome").annotate(batch=Count("request_id", filter=~Q(batch_id="")),
                                 live=Count("request_id", filter=Q(batch_id="")))
 )
-print(" ".join(f"{r['outcome']}:{r['batch']}b/{r['live']}i" for r in rows) or "none")
+from routing.models import Attempt
+errors = (
+    Attempt.objects.filter(call__batch_id__gt="").exclude(error_class="")
+    .values("error_class").annotate(n=Count("call_id"))
+)
+failed = " ".join(f"{r['outcome']}:{r['batch']}b/{r['live']}i" for r in rows) or "none"
+tried = " ".join(f"{e['error_class']}:{e['n']}" for e in errors) or "none"
+print(failed, "; batch attempts failed:", tried)
 """
 
 
