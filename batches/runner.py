@@ -64,7 +64,7 @@ from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
 from core.outcomes import Outcome
 from routing.catalog.specs import catalog
-from routing.observability.audit import CallLog, new_request_id
+from routing.observability.audit import CallLog, audit_writer, new_request_id
 from routing.request_path.payloads import load_body
 from routing.request_path.proxy import Inbound, serve
 
@@ -77,7 +77,12 @@ REFILL = 0.02
 # Lines waiting for a spare slot look again this soon (not only when one of their own ends):
 # room freed by other calls (the gateway's interactive ones) is not told to the runner.
 SPARE_POLL = 0.02
-WRITE_EVERY = 0.1  # answers and released lines wait at most this long for their write
+# Answers and released lines wait at most this long for their write (a claim between
+# writes carries them too), and the audit rows of the lines' calls for theirs: a runner
+# killed meanwhile loses neither (leases run the lines again; the audit spool keeps the
+# rows), and a write of many lines costs what a write of a few does.
+WRITE_EVERY = 0.5
+AUDIT_EVERY = 1.0
 PREFETCH = 16  # lines claimed at once for a route with room for fewer (see Runner._queued)
 _WAIT_CODES = {"capacity_exhausted", "no_deployment", "limits_unavailable"}
 _MAX_WAIT = 30.0  # a Retry-After longer than this is waited in steps (cancel stays quick)
@@ -125,6 +130,9 @@ class Runner:
         self._db = own
         renewer = asyncio.create_task(self._renew_leases(stop))
         writer = asyncio.create_task(self._write_ended(stop))
+        stopping = asyncio.create_task(stop.wait())
+        stopping.add_done_callback(lambda _: self._ended.set())
+        audit_every, audit_writer.every = audit_writer.every, AUDIT_EVERY
         next_tick = 0.0
         try:
             while not stop.is_set():
@@ -140,6 +148,8 @@ class Runner:
         finally:
             renewer.cancel()
             writer.cancel()
+            stopping.cancel()
+            audit_writer.every = audit_every
             await self._abandon(lambda b: True)
             with contextlib.suppress(Exception):
                 await self.write_ended()
@@ -227,16 +237,13 @@ class Runner:
 
     async def _pause(self, stop: asyncio.Event, looked: float, next_tick: float) -> None:
         """Until the next look: the tick, or a line ending (its slot may be spare now; a
-        whole tick of it left idle costs the batch throughput), whichever comes first."""
+        whole tick of it left idle costs the batch throughput), whichever comes first.
+        `stop` sets `_ended` too (run()), so one event is waited on, with no task made."""
         until = min(next_tick, looked + SPARE_POLL) if self._starved else next_tick
-        timeout = max(0.0, until - time.monotonic())
-        wakes = (stop, self._ended) if self._open else (stop,)  # nothing to fill: the tick
-        waits = [asyncio.ensure_future(e.wait()) for e in wakes]
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
+        wake = self._ended if self._open else stop  # nothing to fill: the tick
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, until - time.monotonic())):
+                await wake.wait()
         if not stop.is_set():
             await asyncio.sleep(max(0.0, looked + REFILL - time.monotonic()))
 

@@ -10,6 +10,7 @@ from accounts.models import ApiKey, Application
 from accounts.selectors import Viewer
 from accounts.windows import ANY, effective_windows, normalize_windows, parse_windows, window_open
 from batches.models import Batch, BatchFile, BatchLine
+from core.prepared import Prepared
 
 ACTIVE = (
     Batch.Status.VALIDATING,
@@ -93,9 +94,8 @@ class ActiveBatch:
     storage_name: str  # of its input file ("" when the file is gone)
 
 
-def active_batches() -> list[ActiveBatch]:
-    """Read every tick by every runner: one query of plain values."""
-    rows = (
+def _active() -> QuerySet[Batch]:
+    return (
         Batch.objects.filter(status__in=ACTIVE)
         .order_by("created_at", "id")
         .values_list(
@@ -111,6 +111,13 @@ def active_batches() -> list[ActiveBatch]:
             "input_file__storage_name",
         )
     )
+
+
+_active_rows = Prepared(_active)
+
+
+def active_batches() -> list[ActiveBatch]:
+    """Read every tick by every runner: one query of plain values, built once."""
     return [
         ActiveBatch(
             id=batch_id,
@@ -134,7 +141,7 @@ def active_batches() -> list[ActiveBatch]:
             team_windows,
             time_zone,
             storage,
-        ) in rows
+        ) in _active_rows.rows()
     ]
 
 

@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/batch_cost.py [--lines 2000] [--paced-lines 500]
                                          [--upload-lines 50000] [--line-bytes 4000]
-                                         [--baseline main]
+                                         [--baseline main] [--repeat N] [--py-spy FILE]
 
 Starts two simulators, a gateway under uvicorn and one runner (`manage.py run_batches`) on
-a throw-away database (SQLite, or DATABASE_URL; with REDIS_URL, a Redis prefix of its own),
-then:
+a throw-away database (SQLite; with a postgres:// DATABASE_URL, a database of its own made
+on that server and dropped after, so a runner of someone else's on the same server never
+takes its batches; with REDIS_URL, a Redis prefix of its own), then:
 
   - idle: the runner's CPU per second with no batch to run (its ticks, its caches);
   - zero latency: a batch of `lines` chat lines toward a zero-latency deployment with
@@ -25,23 +26,28 @@ then:
 
 With `--baseline REF` the same is done first with the gateway and runner of git ref REF
 (exported with git archive: "before"), then with this checkout ("after"), each on its own
-database, and printed side by side.
+database, and printed side by side; `--repeat N` runs both sides N times, in turns (on a
+shared machine, compare medians).
 """
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import ROOT, Stack, cpu_seconds, stack
+from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, stack
 
 CONFIG = """
 [[upstreams]]
@@ -89,6 +95,7 @@ class Ran:
     lines: int = 0
     seconds: float = 0.0
     cpu_s: float = 0.0  # the runner's
+    loop_cpu_s: float = 0.0  # of which its main thread's (the event loop)
 
 
 @dataclass
@@ -103,6 +110,13 @@ class Side:
     created_s: float = 0.0
     queued_s: float = 0.0
     validate_cpu_s: float = 0.0
+
+
+def thread_cpu_seconds(pid: int) -> float:
+    """The CPU seconds of a process's main thread (the runner's event loop; its database
+    work runs on other threads)."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def write_lines(path: Path, n: int, line_bytes: int, prefix: str, model: str = "m") -> int:
@@ -161,7 +175,33 @@ class Api:
         self.client.post(f"/batches/{batch_id}/cancel")
 
 
+@contextmanager
+def own_database(s: Stack) -> Iterator[None]:
+    """On PostgreSQL, point the stack at a new database of its own (dropped after)."""
+    url = s.env["DATABASE_URL"]
+    if not url.startswith(("postgres://", "postgresql://")):
+        yield
+        return
+    server, _ = url.rsplit("/", 1)
+    name = f"bench_batch_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    s.env["DATABASE_URL"] = f"{server}/{name}"
+    try:
+        yield
+    finally:
+        s.close()  # nothing may hold a connection to it
+        s.procs.clear()
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Side:
+    with own_database(s):
+        return _measure(args, s, label, source)
+
+
+def _measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Side:
     side = Side(label)
     simulator = s.simulator("--model", "m:100000", "--output-tokens", "16")
     slow = s.simulator(
@@ -203,7 +243,8 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Sid
             (side.paced, args.paced_lines, "p"),
         ):
             if lines:
-                run_batch(s, api, runner, ran, lines, model, args.timeout)
+                spy = args.py_spy if model == "p" and source == ROOT else None
+                run_batch(s, api, runner, ran, lines, model, args.timeout, spy)
 
         if args.upload_lines:
             big = s.tmp / "big.jsonl"
@@ -230,15 +271,35 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Sid
 
 
 def run_batch(
-    s: Stack, api: Api, runner: subprocess.Popen, ran: Ran, lines: int, model: str, timeout: float
+    s: Stack,
+    api: Api,
+    runner: subprocess.Popen,
+    ran: Ran,
+    lines: int,
+    model: str,
+    timeout: float,
+    spy: str | None = None,
 ) -> None:
     path = s.tmp / f"run-{model}.jsonl"
     write_lines(path, lines, 200, f"run-{model}", model)
     file_id = api.upload(path)
+    sampler = None
+    if spy:  # py-spy's collapsed stacks of the runner while this batch runs
+        sampler = subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(runner.pid),
+             "--format", "raw", "--output", spy, "--rate", "250", "--nonblocking", "--gil"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1)
     cpu, started = cpu_seconds([runner.pid]), time.monotonic()
+    loop_cpu = thread_cpu_seconds(runner.pid)
     done = api.wait(api.create(file_id), FINAL, timeout)
     ran.seconds = time.monotonic() - started
     ran.cpu_s = cpu_seconds([runner.pid]) - cpu
+    ran.loop_cpu_s = thread_cpu_seconds(runner.pid) - loop_cpu
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(timeout=30)
     ran.lines, ran.status = done["request_counts"]["completed"], done["status"]
 
 
@@ -269,6 +330,10 @@ def report(args: argparse.Namespace, sides: list[Side]) -> None:
         row("  lines/s", [f"{r.lines / r.seconds:.0f}" for r in ran])
         row("  runner CPU (s)", [f"{r.cpu_s:.2f}" for r in ran])
         row("  runner CPU per line (ms)", [f"{r.cpu_s * 1000 / max(1, r.lines):.2f}" for r in ran])
+        row(
+            "    of which on the event loop (ms)",
+            [f"{r.loop_cpu_s * 1000 / max(1, r.lines):.2f}" for r in ran],
+        )
     if args.upload_lines:
         big = f"upload: {sides[0].upload_lines} lines, {sides[0].upload_mb:.0f} MB"
         row(big, ["" for _ in sides])
@@ -289,6 +354,12 @@ def main() -> None:
     parser.add_argument("--paced-ms", type=float, default=100, help="a paced call's latency")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--profile", help="write cProfile stats of this checkout's runner here")
+    parser.add_argument(
+        "--py-spy",
+        help="write py-spy's collapsed stacks (--gil: the thread running Python) of this "
+        "checkout's runner during the paced batch here",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each side, in turns")
     parser.add_argument("--baseline", help="git ref of a 'before' run (say main)")
     args = parser.parse_args()
     database = os.environ.get("DATABASE_URL", "sqlite").split(":")[0]
@@ -298,11 +369,14 @@ def main() -> None:
         f"{args.in_flight}), database {database}, state {redis}, {os.cpu_count()} cores"
     )
     sides = []
-    if args.baseline:
+    for run in range(1, args.repeat + 1):  # before and after in turns: the same noise
+        nth = f" {run}" if args.repeat > 1 else ""
+        if args.baseline:
+            with stack() as s:
+                label = f"before{nth}" if nth else f"before ({args.baseline})"
+                sides.append(measure(args, s, label, s.checkout(args.baseline)))
         with stack() as s:
-            sides.append(measure(args, s, f"before ({args.baseline})", s.checkout(args.baseline)))
-    with stack() as s:
-        sides.append(measure(args, s, "after" if args.baseline else "this checkout", ROOT))
+            sides.append(measure(args, s, "after" + nth if args.baseline else "this" + nth, ROOT))
     report(args, sides)
 
 

@@ -418,6 +418,9 @@ class AuditWriter:
         self._spool: Spool | None = None
         self._sealed: list[Path] = []  # spool files whose calls are all pending
         self._orphans: list[Path] = []  # claimed from dead workers, not yet taken in
+        # Seconds between writes; None: SLUICE_AUDIT_FLUSH_SECONDS. A batch runner writes
+        # less often (batches/runner.py): its calls wait for no one's page.
+        self.every: float | None = None
 
     def spool(self) -> Spool | None:
         if self._spool is None and settings.SLUICE_AUDIT_SPOOL_DIR:
@@ -455,7 +458,9 @@ class AuditWriter:
         failures = 0
         await self._take_in_orphans()
         while self._pending:
-            await asyncio.sleep(settings.SLUICE_AUDIT_FLUSH_SECONDS)
+            await asyncio.sleep(
+                settings.SLUICE_AUDIT_FLUSH_SECONDS if self.every is None else self.every
+            )
             if not await self._flush_once():
                 failures += 1
                 # Back off while the database is away; the rows wait in memory.
