@@ -50,6 +50,7 @@ class _Connection(asyncio.Protocol):
         self.chunks: list[bytes] = []
         self.started = False  # a byte of the answer arrived
         self.complete = False
+        self.keep_alive = False  # as the answer's head says (HTTP/1.1, no `close`)
         self.read_timeout: float | None = None
         self.last_read = 0.0
         self.timer: asyncio.TimerHandle | None = None
@@ -90,6 +91,7 @@ class _Connection(asyncio.Protocol):
         self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # known only while parsing
         if self.head is not None and not self.head.done():
             self.head.set_result(self.parser.get_status_code())
 
@@ -154,7 +156,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def reusable(self) -> bool:
-        return self.complete and not self.closed and self.parser.should_keep_alive()
+        return self.complete and self.keep_alive and not self.closed
 
 
 class Response:
