@@ -1,0 +1,38 @@
+"""JSON read fast reads exactly what json reads: the same value (of the same types), or the
+same refusal, also for the texts orjson reads differently or not at all."""
+
+import json
+
+import pytest
+
+from core.json_read import loads
+
+TEXTS = [
+    b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}',
+    b'{"a": 1e400}',  # infinity for json
+    b'{"a": NaN, "b": -Infinity}',
+    b'{"seed": 123456789012345678901234567890}',  # past 64 bits: json keeps the integer
+    b'{"seed": -9223372036854775809}',
+    b'{"a": "\\ud800 lone"}',
+    b"\xef\xbb\xbf{}",  # a byte order mark
+    b'{"a": 1, "a": 2}',
+    b'{"a": -0.0, "b": 1E5, "c": 1e-400, "d": 0.1}',
+    b'{"caf\xc3\xa9": "\\u00e9\\u0000"}',
+    b"[" * 1100 + b"]" * 1100,  # deeper than orjson goes
+    b"not json",
+    b'{"a": 1',
+    b"\xff\xfe",
+]
+
+
+def _read(reader, text):
+    try:
+        value = reader(text)
+    except (ValueError, RecursionError) as exc:
+        return "refused", type(exc).__name__
+    return "read", repr(value)  # repr: 1 and 1.0 differ, as do NaN's placements
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_reads_what_json_reads(text):
+    assert _read(loads, text) == _read(json.loads, text)
