@@ -1,11 +1,12 @@
-"""JSON read fast reads exactly what json reads: the same value (of the same types), or the
-same refusal, also for the texts orjson reads differently or not at all."""
+"""Fast JSON reads exactly what json reads: the same value (of the same types), or the same
+refusal, also for the texts orjson reads differently or not at all; and writes what json
+reads back as the value written."""
 
 import json
 
 import pytest
 
-from core.json_read import loads
+from core.fast_json import dumps, loads
 
 TEXTS = [
     b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}',
@@ -36,3 +37,16 @@ def _read(reader, text):
 @pytest.mark.parametrize("text", TEXTS)
 def test_reads_what_json_reads(text):
     assert _read(loads, text) == _read(json.loads, text)
+
+
+VALUES = [
+    {"model": "m", "messages": [{"role": "user", "content": "caf\u00e9 \u6f22"}], "n": 1},
+    {"seed": 2**70, "t": 0.1, "big": 1e300, "neg": -(2**63)},
+    {"text": "lone \ud800 half", "nul": "\x00"},
+    [True, False, None, -0.0, 1e-7],
+]
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_writes_what_json_reads_back_as_the_value(value):
+    assert repr(json.loads(dumps(value))) == repr(value)
