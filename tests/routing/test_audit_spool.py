@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from routing.observability.audit import AttemptLog, CallLog
-from routing.observability.audit_spool import decode_call, encode_call
+from routing.observability.audit_spool import Spool, decode_call, encode_call
 
 
 def _call(user_agent: str) -> CallLog:
@@ -33,3 +33,31 @@ def test_a_spooled_call_reads_back_as_it_was_written(text):
         ["tools dropped"],
     )
     assert back.attempts == call.attempts
+
+
+def test_lines_in_a_file_whose_worker_died_mapped_are_read_without_the_zeros_after(tmp_path):
+    spool = Spool(tmp_path)
+    lines = [encode_call(_call(f"agent {n}")) for n in range(3)]
+    for line in lines:
+        spool.append(line)
+    (path,) = tmp_path.glob("*.jsonl")  # not sealed: as a worker killed now leaves it
+    assert path.stat().st_size >= Spool.SEGMENT  # mapped, not written
+    assert Spool.read(path) == [line.rstrip(b"\n") for line in lines]
+
+
+def test_a_sealed_file_ends_at_its_last_line_and_a_full_segment_grows(tmp_path):
+    spool = Spool(tmp_path)
+    big = b'{"pad": "' + b"x" * (Spool.SEGMENT // 3) + b'"}\n'
+    for _ in range(4):  # past the first segment
+        spool.append(big)
+    path = spool.seal()
+    assert path is not None and path.stat().st_size == 4 * len(big)
+    assert Spool.read(path) == [big.rstrip(b"\n")] * 4
+
+
+def test_a_line_torn_by_the_kill_is_left_out(tmp_path):
+    path = tmp_path / "spool-1-x.jsonl"
+    whole = encode_call(_call("whole"))
+    torn = whole[:10] + b"\0" * (len(whole) - 11) + b"\n"  # its newline stored, not all of it
+    path.write_bytes(whole + torn + whole[:20] + b"\0" * 100)
+    assert Spool.read(path) == [whole.rstrip(b"\n")]
