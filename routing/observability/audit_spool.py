@@ -24,6 +24,7 @@ import json
 import logging
 import mmap
 import os
+import typing
 import uuid
 from datetime import datetime
 from decimal import Decimal
@@ -60,33 +61,54 @@ def _decode(value: dict[str, Any]) -> Any:
 
 
 @functools.cache
-def _spooled_names(kind: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(kind) if f.name not in NOT_SPOOLED)
-
-
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_APPEND_NEWLINE
+def _typed(kind: type) -> dict[str, Any]:
+    """A dataclass's datetime and Decimal fields, by name: how to read each back from its
+    text (orjson writes a datetime as its ISO text; a Decimal goes as its text)."""
+    readers: dict[str, Any] = {}
+    for f in dataclasses.fields(kind):
+        types = {f.type, *typing.get_args(f.type)}
+        if datetime in types:
+            readers[f.name] = datetime.fromisoformat
+        elif Decimal in types:
+            readers[f.name] = Decimal
+    return readers
 
 
 def encode_call(call: Any) -> bytes:
-    """One line: the call's fields (and its attempts') as JSON. Read field by field, not with
-    `dataclasses.asdict`, whose deep copy was a tenth of the worker's CPU per call; written
-    by orjson (a quarter of json's CPU), by json when orjson refuses a value (a lone
-    surrogate, which JSON's escapes allow and UTF-8 does not)."""
-    fields = {name: getattr(call, name) for name in _spooled_names(type(call))}
-    fields["attempts"] = [
-        {name: getattr(a, name) for name in _spooled_names(type(a))} for a in call.attempts
-    ]
+    """One line: the call's fields (and its attempts') as JSON, from a copy of the call's
+    `__dict__` (neither `dataclasses.asdict`, whose deep copy was a tenth of the worker's
+    CPU per call, nor a read field by field), written by orjson without a callback (a
+    quarter of json's CPU; datetimes as ISO text, Decimals as text); by json when orjson
+    refuses a value (a lone surrogate, which JSON's escapes allow and UTF-8 does not)."""
+    fields = vars(call).copy()
+    for name in NOT_SPOOLED:
+        fields.pop(name, None)
+    for name, reader in _typed(type(call)).items():
+        if reader is Decimal and isinstance(fields.get(name), Decimal):
+            fields[name] = str(fields[name])
+    fields["attempts"] = [vars(a) for a in call.attempts]
     try:
-        return orjson.dumps(fields, default=_encode, option=_ORJSON_OPTIONS)
+        return orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:
         return json.dumps(fields, default=_encode, separators=(",", ":")).encode() + b"\n"
 
 
+def _typed_back(fields: dict[str, Any], kind: type) -> dict[str, Any]:
+    """The fields a dataclass of `kind` takes, datetimes and Decimals read back."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    known = {k: v for k, v in fields.items() if k in names}
+    for name, reader in _typed(kind).items():
+        if isinstance(known.get(name), str):
+            known[name] = reader(known[name])
+    return known
+
+
 def decode_call(line: bytes, call_type: type, attempt_type: type) -> Any:
+    """A call from its line, also from a line of an older Sluice (its datetimes and
+    Decimals wrapped as {"$dt": …} and {"$dec": …})."""
     fields = json.loads(line, object_hook=_decode)
-    known = {f.name for f in dataclasses.fields(call_type)}
-    attempts = [attempt_type(**a) for a in fields.pop("attempts", [])]
-    return call_type(**{k: v for k, v in fields.items() if k in known}, attempts=attempts)
+    attempts = [attempt_type(**_typed_back(a, attempt_type)) for a in fields.pop("attempts", [])]
+    return call_type(**_typed_back(fields, call_type), attempts=attempts)
 
 
 def _alive(pid: int) -> bool:

@@ -61,3 +61,17 @@ def test_a_line_torn_by_the_kill_is_left_out(tmp_path):
     torn = whole[:10] + b"\0" * (len(whole) - 11) + b"\n"  # its newline stored, not all of it
     path.write_bytes(whole + torn + whole[:20] + b"\0" * 100)
     assert Spool.read(path) == [whole.rstrip(b"\n")]
+
+
+def test_a_line_spooled_by_the_earlier_format_reads_back():
+    """A worker of the previous release wrote datetimes and Decimals wrapped in objects."""
+    line = (
+        b'{"request_id":"req_old","endpoint":"chat/completions","client_ip":null,'
+        b'"created_at":{"$dt":"2026-12-01T10:00:00+00:00"},"cost":{"$dec":"0.5"},'
+        b'"attempts":[{"number":1,"deployment":"small",'
+        b'"started_at":{"$dt":"2026-12-01T10:00:01+00:00"}}]}'
+    )
+    call = decode_call(line, CallLog, AttemptLog)
+    assert call.created_at == datetime(2026, 12, 1, 10, tzinfo=UTC)
+    assert call.cost == Decimal("0.5")
+    assert call.attempts[0].started_at == datetime(2026, 12, 1, 10, 0, 1, tzinfo=UTC)
