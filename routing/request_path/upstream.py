@@ -1,6 +1,6 @@
 """Calls to upstream APIs: a streamed call through one pooled aiohttp session per process
 (and event loop), a call whose answer is read whole through the lean client beside it
-(routing/request_path/upstream_http.py: the same errors and timeouts for a tenth of the CPU).
+(routing/request_path/upstream_http.py: the same errors and timeouts for a sixth of the CPU).
 
 aiohttp rather than httpx: httpx.AsyncClient's pool scans every connection on each request,
 so its CPU per request grows with concurrency; aiohttp's stays flat and several times lower

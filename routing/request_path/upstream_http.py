@@ -1,10 +1,11 @@
 """A lean HTTP/1.1 client for upstream answers read whole (calls that are not streamed).
 
 aiohttp spends about 0.1 ms of CPU on a request (its request and response objects, stream
-reader, timers and trace hooks), a sixth of what the gateway spends on a whole call; a
-request written as one buffer and an answer parsed by httptools (the parser uvicorn uses
-for the client's side) cost a tenth of that. Streamed calls keep aiohttp, whose stream
-reader the relay and the translators read.
+reader, timers and trace hooks), a sixth of what the gateway spent on a whole call; this
+client, a request written as one buffer and an answer parsed by httptools (the parser
+uvicorn uses for the client's side), about 17 µs (both measured against a bare server, 32
+requests in flight). Streamed calls keep aiohttp, whose stream reader the relay and the
+translators read.
 
 What it keeps of aiohttp's behaviour, so the chain walk sees the same answers and errors:
 keep-alive connections pooled per host (an idle one dropped after 30 s, as the session's
