@@ -7,6 +7,8 @@ from routing.request_path.proxy_handler import ProxyHandler
 
 
 class BatchApiHandler(ProxyHandler):
+    lean_requests = False  # Django's request: multipart uploads, spooled to a file
+
     def body_limit(self) -> int:
         return settings.SLUICE_BATCH_MAX_FILE_BYTES + 64 * 1024  # the multipart envelope
 

@@ -50,7 +50,8 @@ def lag_quantile(before: dict[float, float], after: dict[float, float], q: float
 # Samples in none (the event loop's own turns, thread switches) are "event loop".
 AUDIT = ("audit and metrics", re.compile(r"routing/observability/"))
 STAGES = [
-    ("upstream client (aiohttp)", re.compile(r"routing/request_path/upstream\.py|aiohttp/")),
+    # The lean client (answers read whole) and aiohttp (streams).
+    ("upstream client", re.compile(r"routing/request_path/upstream(_http)?\.py|aiohttp/")),
     ("auth (key lookup)", re.compile(r"accounts/")),
     ("limits and quotas", re.compile(r"quotas/")),
     ("deployment state (slots)", re.compile(r"routing/deployment_state/")),

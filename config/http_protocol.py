@@ -38,44 +38,56 @@ def header_timeout() -> float:
 
 
 class SluiceHttpProtocol(HttpToolsProtocol):
+    """One timer a connection rather than one a request: a request's headers only move the
+    time they are due (`_headers_due`), and the timer, when it fires, looks at that time
+    and sleeps again until it (a timer set and cancelled per request was two event-loop
+    calls on every call)."""
+
     _header_timer: asyncio.TimerHandle | None = None
+    _headers_due: float | None = None  # when the headers being read must be in
     _began = False  # a request's first byte arrived: it gets a 408, not a silent close
+    _header_seconds = 10.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()
+        self._header_seconds = header_timeout()
+        self._wait_for_headers()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._began = True
-        if self._header_timer is None:
-            self._arm()
+        if self._headers_due is None:
+            self._wait_for_headers()
 
     def on_headers_complete(self) -> None:
-        self._disarm()
+        self._headers_due = None  # the timer, if set, finds nothing due and stops
         self._began = False
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._header_timer = self.loop.call_later(header_timeout(), self._headers_too_slow)
-
-    def _disarm(self) -> None:
+        self._headers_due = None
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+        super().connection_lost(exc)
 
-    def _headers_too_slow(self) -> None:
+    def _wait_for_headers(self) -> None:
+        self._headers_due = self.loop.time() + self._header_seconds
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_at(self._headers_due, self._check_headers)
+
+    def _check_headers(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing():
+        due = self._headers_due
+        if due is None or self.transport.is_closing():
+            return
+        if self.loop.time() < due:  # headers came, and a later request's are not due yet
+            self._header_timer = self.loop.call_at(due, self._check_headers)
             return
         if self.cycle is not None and not self.cycle.response_complete:
             # A request is being answered (uvicorn reads no further meanwhile): look again
             # later rather than cut its answer.
-            self._arm()
+            self._wait_for_headers()
             return
         if self._began:
             self.transport.write(_TIMED_OUT)

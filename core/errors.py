@@ -6,6 +6,7 @@ from typing import Any
 
 from django.http import HttpResponse
 
+from core import fast_json
 from core.outcomes import Outcome
 
 
@@ -84,7 +85,7 @@ def database_unavailable() -> GatewayError:
 
 def json_object(content: bytes) -> dict[str, Any] | None:
     try:
-        payload = json.loads(content)
+        payload = fast_json.loads(content)
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None

@@ -20,8 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import DateField, DecimalField, GenericIPAddressField, Model
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
+from django.db.models import (
+    DateField,
+    DateTimeField,
+    DecimalField,
+    GenericIPAddressField,
+    Model,
+)
 from django.db.models.constants import OnConflict
 
 from core.outcomes import Outcome
@@ -205,15 +218,35 @@ def _storable_strings(row: dict[str, Any]) -> dict[str, Any]:
 _ADAPTED_FIELDS = (DateField, DecimalField, GenericIPAddressField)  # DateTimeField too
 
 
+def _adapter(field: Any, db: Any) -> Any:
+    """How a field's value goes to the driver: an aware datetime straight to the backend's
+    adaptation (what `get_db_prep_save` comes to for it, without its checks per value),
+    any other value of an adapted field through `get_db_prep_save`; None: as it is."""
+    if not isinstance(field, _ADAPTED_FIELDS):
+        return None
+    prepared = field.get_db_prep_save
+    if not isinstance(field, DateTimeField):
+        return lambda value: prepared(value, db)
+    adapt = db.ops.adapt_datetimefield_value
+
+    def datetime_value(value: Any) -> Any:
+        if type(value) is datetime and value.tzinfo is not None:
+            return adapt(value)
+        return prepared(value, db)
+
+    return datetime_value
+
+
 def _db_values(model: type[Model], rows: list[dict[str, Any]]) -> tuple[list[Any], list[list]]:
     """The model fields named by the rows' keys, and the rows as the driver wants them.
     Only dates (and times), decimals and addresses need the backend's adaptation; strings,
     numbers and None go as they are (most of the CPU of a write was this loop)."""
+    db = connections[DEFAULT_DB_ALIAS]  # once, not through the proxy for every value
     fields = [model._meta.get_field(name) for name in rows[0]]
-    adapt = [f if isinstance(f, _ADAPTED_FIELDS) else None for f in fields]
+    adapt = [_adapter(f, db) for f in fields]
     values = [
         [
-            f.get_db_prep_save(value, connection) if f is not None and value is not None else value
+            f(value) if f is not None and value is not None else value
             for f, value in zip(adapt, row.values(), strict=True)
         ]
         for row in rows

@@ -466,6 +466,7 @@ class ChainWalk:
                     body,
                     self.request.account_headers,
                     None if trace is None else trace.upstream_headers(attempt, deployment),
+                    whole=not self.request.stream,
                 )
         except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
             failure = self._failed(deployment, attempt, started, transport_error_class(exc))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from core import fast_json
 from core.errors import bad_request
 
 
@@ -106,6 +107,12 @@ def _marked(text: str) -> float:
 
 def _loads(raw: bytes) -> Any:
     try:
+        try:
+            # orjson where it reads as json does (finite numbers only, as the hooks below
+            # insist); json with the hooks for whatever it refuses.
+            return fast_json.loads_finite(raw)
+        except ValueError:
+            pass
         try:
             return json.loads(raw, parse_constant=_non_finite, parse_float=_number)
         except _SawNonFinite:
@@ -303,7 +310,7 @@ def _chat_body(request: ClientRequest, upstream_model: str) -> bytes:
             **(request.body.get("stream_options") or {}),
             "include_usage": True,
         }
-    return json.dumps(body, separators=(",", ":")).encode()
+    return fast_json.dumps(body)
 
 
 def sniff_model(raw: bytes) -> tuple[str, bool]:

@@ -1,4 +1,6 @@
-"""Calls to upstream APIs: one pooled aiohttp session per process (and event loop).
+"""Calls to upstream APIs: a streamed call through one pooled aiohttp session per process
+(and event loop), a call whose answer is read whole through the lean client beside it
+(routing/request_path/upstream_http.py: the same errors and timeouts for a sixth of the CPU).
 
 aiohttp rather than httpx: httpx.AsyncClient's pool scans every connection on each request,
 so its CPU per request grows with concurrency; aiohttp's stays flat and several times lower
@@ -15,6 +17,8 @@ from routing.catalog.specs import DeploymentSpec
 from routing.request_path.classify import ErrorClass
 from routing.request_path.protocols import anthropic_upstream, responses_upstream
 from routing.request_path.protocols.native import NATIVE_PATHS, native_bytes
+from routing.request_path.upstream_http import close_pool
+from routing.request_path.upstream_http import post as post_whole
 
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
@@ -39,6 +43,7 @@ def session() -> aiohttp.ClientSession:
 
 
 async def close_sessions() -> None:
+    close_pool()
     found = _sessions.pop(asyncio.get_running_loop(), None)
     if found is not None:
         await found.close()
@@ -68,16 +73,17 @@ async def open_response(
     body: bytes,
     client_headers: Mapping[str, str] | None = None,
     trace_headers: Mapping[str, str] | None = None,
+    *,
+    whole: bool = False,
 ) -> aiohttp.ClientResponse:
     """Send the request and return once the status and headers are in; the body is read
     (or streamed) by the caller, who must release the response. `client_headers` (the
     client's OpenAI account headers) go only to an upstream set to receive them; the
     client's own Authorization never goes anywhere. `trace_headers` (the attempt's own
-    `traceparent`, when traces are exported) go to every upstream."""
+    `traceparent`, when traces are exported) go to every upstream. A call not streamed
+    (`whole`) goes through the lean client: its answer has `read()` but no stream."""
     upstream = deployment.upstream
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=upstream.connect_timeout, sock_read=upstream.read_timeout
-    )
+    timeout = _Limits(upstream.connect_timeout, upstream.read_timeout, whole)
     native = getattr(body, "native", None)
     if native is not None and native.kind == upstream.kind:
         # The client's own protocol: its body as it came, the answer as it comes.
@@ -142,17 +148,37 @@ def _native_headers(
     return headers
 
 
+class _Limits:
+    """An attempt's connect and read timeouts, and which client sends it."""
+
+    __slots__ = ("connect", "read", "whole")
+
+    def __init__(self, connect: float, read: float, whole: bool) -> None:
+        self.connect, self.read, self.whole = connect, read, whole
+
+
 async def _post(
-    url: str, body: bytes, headers: dict[str, str], limits: aiohttp.ClientTimeout
+    url: str, body: bytes, headers: dict[str, str], limits: _Limits
 ) -> aiohttp.ClientResponse:
     try:
-        return await session().post(url, data=body, headers=headers, timeout=limits)
+        return await _send(url, body, headers, limits)
     except aiohttp.ServerDisconnectedError:
         # Closed before any answer: mostly a pooled connection the upstream dropped as we
         # reused it (its idle timeout is shorter than our pool's: uvicorn's is 5 s), so the
         # request was never read. Sent again once, not as a failed attempt; a second drop
         # is the upstream's failure.
-        return await session().post(url, data=body, headers=headers, timeout=limits)
+        return await _send(url, body, headers, limits)
+
+
+async def _send(
+    url: str, body: bytes, headers: dict[str, str], limits: _Limits
+) -> aiohttp.ClientResponse:
+    if limits.whole:
+        return await post_whole(  # type: ignore[return-value]  # status, headers, read()
+            url, body, headers, connect_timeout=limits.connect, read_timeout=limits.read
+        )
+    timeout = aiohttp.ClientTimeout(total=None, connect=limits.connect, sock_read=limits.read)
+    return await session().post(url, data=body, headers=headers, timeout=timeout)
 
 
 def transport_error_class(exc: BaseException) -> ErrorClass:

@@ -196,6 +196,29 @@ def test_headers_trickled_a_byte_at_a_time_get_408_and_the_connection_closed(imp
     assert time.monotonic() - started < 4
 
 
+def test_a_later_requests_headers_are_due_a_full_bound_after_its_own_first_byte(
+    impatient_gateway, issue_key
+):
+    """On a kept-alive connection the bound runs from each request's first byte: the
+    second request, begun 0.7 s in, is cut about a second later, not at the first one's."""
+    key = issue_key()
+    first = (
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+        + f"Authorization: Bearer {key.plaintext}\r\n\r\n".encode()
+    )
+    with socket.create_connection(_address(impatient_gateway), timeout=5) as sock:
+        sock.sendall(first)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(0.7)
+        started = time.monotonic()
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: a")  # never ends
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert 0.8 < time.monotonic() - started < 4
+
+
 def test_a_client_that_sends_its_request_in_time_is_served(impatient_gateway, issue_key):
     key = issue_key()
     with httpx.Client(base_url=impatient_gateway.url) as client:

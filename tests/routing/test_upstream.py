@@ -1,8 +1,12 @@
-"""The upstream client against a real socket: a pooled connection the upstream closed while
-we reused it (its idle timeout ran out first) is replaced once, without an attempt lost."""
+"""The upstream clients against a real socket (aiohttp for streamed calls, the lean client for
+answers read whole): a pooled connection the upstream closed while we reused it (its idle
+timeout ran out first) is replaced once, without an attempt lost; the lean client reuses its
+connections, reads every way of ending a body, and fails with aiohttp's errors, so the chain
+walk classifies its failures as before."""
 
 import asyncio
-from collections.abc import AsyncIterator
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -11,7 +15,8 @@ import pytest
 
 from routing.catalog.specs import DeploymentSpec, UpstreamSpec
 from routing.deployment_state import Limits
-from routing.request_path.upstream import close_sessions, open_response
+from routing.request_path.classify import ErrorClass
+from routing.request_path.upstream import close_sessions, open_response, transport_error_class
 
 ANSWER = b'{"ok": true}'
 
@@ -68,23 +73,184 @@ async def upstream(request: pytest.FixtureRequest) -> AsyncIterator[Upstream]:
     await served.server.wait_closed()
 
 
-async def _call(upstream: Upstream) -> int:
-    response = await open_response(upstream.deployment(), "chat/completions", b"{}")
+async def _call(upstream: Upstream, whole: bool = False) -> int:
+    response = await open_response(upstream.deployment(), "chat/completions", b"{}", whole=whole)
     await response.read()
     response.release()
     return response.status
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
 @pytest.mark.parametrize("upstream", [1], indirect=True)
-async def test_a_pooled_connection_the_upstream_dropped_is_replaced_once(upstream):
-    assert await _call(upstream) == 200
+async def test_a_pooled_connection_the_upstream_dropped_is_replaced_once(upstream, whole):
+    assert await _call(upstream, whole) == 200
     # The pooled connection is dropped under the second request: sent again on a new one.
-    assert await _call(upstream) == 200
+    assert await _call(upstream, whole) == 200
     assert (upstream.connections, upstream.requests) == (2, 3)
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
 @pytest.mark.parametrize("upstream", [0], indirect=True)
-async def test_an_upstream_that_drops_every_request_fails_after_one_more_try(upstream):
+async def test_an_upstream_that_drops_every_request_fails_after_one_more_try(upstream, whole):
     with pytest.raises(aiohttp.ServerDisconnectedError):
-        await _call(upstream)
+        await _call(upstream, whole)
     assert (upstream.connections, upstream.requests) == (2, 2)
+
+
+@pytest.mark.parametrize("upstream", [100], indirect=True)
+async def test_the_lean_client_sends_every_call_on_one_kept_alive_connection(upstream):
+    for _ in range(5):
+        assert await _call(upstream, whole=True) == 200
+    assert (upstream.connections, upstream.requests) == (1, 5)
+
+
+# --- the lean client against scripted answers --------------------------------------------
+
+Answering = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@dataclass
+class Scripted:
+    """A server that reads each request whole and lets `answer` write what it likes."""
+
+    answer: Answering
+    connections: int = 0
+    server: asyncio.Server | None = field(default=None, repr=False)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                await self.answer(reader, writer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    def deployment(self, read_timeout: float = 5.0) -> DeploymentSpec:
+        port = self.server.sockets[0].getsockname()[1]
+        upstream = UpstreamSpec("raw", f"http://127.0.0.1:{port}/v1", None, 5.0, read_timeout)
+        return DeploymentSpec("raw", "m", upstream, "t", 4, 1000, Decimal(0), Decimal(0), Limits(4))
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Callable[[Answering], Awaitable[Scripted]]]:
+    started: list[Scripted] = []
+
+    async def start(answer: Answering) -> Scripted:
+        served = Scripted(answer)
+        served.server = await asyncio.start_server(served.handle, "127.0.0.1", 0)
+        started.append(served)
+        return served
+
+    yield start
+    await close_sessions()
+    for served in started:
+        served.server.close()
+        await served.server.wait_closed()
+
+
+async def _whole(served: Scripted, read_timeout: float = 5.0) -> tuple[int, bytes, str | None]:
+    deployment = served.deployment(read_timeout)
+    response = await open_response(deployment, "chat/completions", b"{}", whole=True)
+    try:
+        return response.status, await response.read(), response.headers.get("X-Request-Id")
+    finally:
+        response.release()
+
+
+async def test_a_chunked_answer_is_read_whole_and_its_connection_kept(scripted):
+    async def chunked(reader, writer):
+        writer.write(
+            b"HTTP/1.1 429 Too Many Requests\r\nx-request-id: r1\r\n"
+            b"transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        )
+
+    served = await scripted(chunked)
+    assert await _whole(served) == (429, b"hello world", "r1")
+    assert await _whole(served) == (429, b"hello world", "r1")
+    assert served.connections == 1
+
+
+async def test_an_answer_that_says_close_or_ends_with_the_connection_is_not_reused(scripted):
+    async def closing(reader, writer):
+        writer.write(b'HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n{"a": 1}')
+        writer.close()
+
+    served = await scripted(closing)
+    assert await _whole(served) == (200, b'{"a": 1}', None)
+    assert await _whole(served) == (200, b'{"a": 1}', None)
+    assert served.connections == 2
+
+
+async def test_a_gzipped_answer_is_decoded(scripted):
+    body = gzip.compress(b'{"ok": true}')
+
+    async def gzipped(reader, writer):
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+
+    assert await _whole(await scripted(gzipped)) == (200, b'{"ok": true}', None)
+
+
+async def test_an_upstream_silent_past_its_read_timeout_is_a_read_timeout(scripted):
+    async def silent(reader, writer):
+        await asyncio.sleep(5)
+
+    with pytest.raises(aiohttp.ClientError) as caught:
+        await _whole(await scripted(silent), read_timeout=0.2)
+    assert transport_error_class(caught.value) is ErrorClass.READ_TIMEOUT
+
+
+async def test_a_body_cut_short_is_a_connection_error(scripted):
+    async def cut(reader, writer):
+        writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"partial')
+        await writer.drain()
+        writer.transport.abort()
+
+    with pytest.raises(aiohttp.ClientPayloadError) as caught:
+        await _whole(await scripted(cut))
+    assert transport_error_class(caught.value) is ErrorClass.CONNECTION
+
+
+async def test_an_answer_that_is_not_http_is_malformed(scripted):
+    async def garbage(reader, writer):
+        writer.write(b"SMTP ready\r\n\r\n")
+
+    with pytest.raises(aiohttp.ClientResponseError) as caught:
+        await _whole(await scripted(garbage))
+    assert transport_error_class(caught.value) is ErrorClass.MALFORMED
+
+
+async def test_a_refused_connection_is_a_connection_error(scripted):
+    served = await scripted(lambda reader, writer: asyncio.sleep(0))
+    deployment = served.deployment()
+    served.server.close()
+    await served.server.wait_closed()
+    with pytest.raises(aiohttp.ClientError) as caught:
+        await open_response(deployment, "chat/completions", b"{}", whole=True)
+    assert transport_error_class(caught.value) is ErrorClass.CONNECTION
+
+
+async def test_a_call_cancelled_while_waiting_closes_its_connection(scripted):
+    async def slow_then_fast(reader, writer):
+        await asyncio.sleep(0.3)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    served = await scripted(slow_then_fast)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await _whole(served)
+    # The late answer of the cancelled call is never read as the next call's.
+    assert await _whole(served) == (200, b"ok", None)
+    assert served.connections == 2

@@ -1,0 +1,346 @@
+"""A lean HTTP/1.1 client for upstream answers read whole (calls that are not streamed).
+
+aiohttp spends about 0.1 ms of CPU on a request (its request and response objects, stream
+reader, timers and trace hooks), a sixth of what the gateway spent on a whole call; this
+client, a request written as one buffer and an answer parsed by httptools (the parser
+uvicorn uses for the client's side), about 17 µs (both measured against a bare server, 32
+requests in flight). Streamed calls keep aiohttp, whose stream reader the relay and the
+translators read.
+
+What it keeps of aiohttp's behaviour, so the chain walk sees the same answers and errors:
+keep-alive connections pooled per host (an idle one dropped after 30 s, as the session's
+connector), the upstream's connect timeout (`ConnectionTimeoutError`) and read timeout
+between two reads (`SocketTimeoutError`), a connection closed before any answer
+(`ServerDisconnectedError`: the caller sends once more on a new one), an answer cut short
+(`ClientPayloadError`) or not HTTP (`ClientResponseError`), a refused connection
+(`ClientOSError`); a gzip or deflate body is decoded. A connection whose answer was not
+read to its end (the call cancelled, a timeout) is closed, never reused.
+"""
+
+import asyncio
+import ssl
+import time
+import zlib
+from collections import deque
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+
+IDLE_SECONDS = 30.0  # as the aiohttp connector's keepalive_timeout
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection and the answer it is reading, if any."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.head: asyncio.Future[int] | None = None  # the status, once the head is in
+        self.done: asyncio.Future[bytes] | None = None  # the body, once it ended
+        self.headers: list[tuple[str, str]] = []
+        self.chunks: list[bytes] = []
+        self.started = False  # a byte of the answer arrived
+        self.complete = False
+        self.keep_alive = False  # as the answer's head says (HTTP/1.1, no `close`)
+        self.read_timeout: float | None = None
+        self.last_read = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    # --- the transport ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.done is None:  # nothing asked: an idle connection should hear nothing
+            self._close()
+            return
+        self.started = True
+        self.last_read = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(aiohttp.ClientResponseError(None, (), message="unexpected upgrade"))
+        except httptools.HttpParserError as exc:
+            self._fail(aiohttp.ClientResponseError(None, (), message=f"not HTTP: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._cancel_timer()
+        if self.done is None or self.done.done():
+            return
+        if not self.started:
+            self._fail(aiohttp.ServerDisconnectedError())
+        elif self.head is not None and self.head.done() and self._ends_at_close():
+            self._finish()  # a body delimited by the end of the connection
+        else:
+            self._fail(aiohttp.ClientPayloadError("the answer was cut short"))
+
+    # --- httptools callbacks ---------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # known only while parsing
+        if self.head is not None and not self.head.done():
+            self.head.set_result(self.parser.get_status_code())
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        self._finish()
+
+    # --- one request -----------------------------------------------------------------
+
+    def send(self, request: bytes, read_timeout: float | None) -> None:
+        assert self.transport is not None
+        self._reset()
+        self.head = self.loop.create_future()
+        self.done = self.loop.create_future()
+        self.read_timeout = read_timeout
+        if read_timeout is not None:
+            self.last_read = self.loop.time()
+            self.timer = self.loop.call_later(read_timeout, self._check_read)
+        self.transport.write(request)
+
+    def _check_read(self) -> None:
+        """aiohttp's sock_read: the longest wait between two reads (one timer a request,
+        looked at again when it fires rather than moved on every read)."""
+        assert self.read_timeout is not None
+        quiet = self.loop.time() - self.last_read
+        if quiet < self.read_timeout:
+            self.timer = self.loop.call_later(self.read_timeout - quiet, self._check_read)
+            return
+        self.timer = None
+        self._fail(aiohttp.SocketTimeoutError(f"no data for {self.read_timeout:g} s"))
+
+    def _ends_at_close(self) -> bool:
+        names = {name.lower() for name, _ in self.headers}
+        return "content-length" not in names and "transfer-encoding" not in names
+
+    def _finish(self) -> None:
+        self._cancel_timer()
+        self.complete = True
+        if self.done is not None and not self.done.done():
+            self.done.set_result(b"".join(self.chunks))
+        if self.head is not None and not self.head.done():
+            self.head.set_result(self.parser.get_status_code())
+
+    def _fail(self, exc: BaseException) -> None:
+        self._cancel_timer()
+        for waiter in (self.head, self.done):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+                waiter.exception()  # raised to whoever awaits it; no "never retrieved" if none
+        self._close()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def reusable(self) -> bool:
+        return self.complete and self.keep_alive and not self.closed
+
+
+class Response:
+    """What the chain walk reads of an answer (as of aiohttp's ClientResponse): `status`,
+    `headers`, `read()`, `release()` and `close()`."""
+
+    content: Any = None  # a whole answer has no stream
+
+    def __init__(self, pool: "_Pool", key: tuple[str, int, bool], conn: _Connection) -> None:
+        self._pool, self._key, self._conn = pool, key, conn
+        self.status = conn.parser.get_status_code()
+        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(conn.headers))
+        assert conn.done is not None
+        self._done = conn.done
+        self._body: bytes | None = None
+
+    async def read(self) -> bytes:
+        if self._body is None:
+            try:
+                body = await self._done
+            except BaseException:
+                self.close()
+                raise
+            self._body = _decoded(body, self.headers.get("content-encoding", ""))
+        return self._body
+
+    def release(self) -> None:
+        """Back to the pool if its answer was read to the end, else closed."""
+        conn, self._conn = self._conn, None  # type: ignore[assignment]
+        if conn is None:
+            return
+        if conn.reusable():
+            self._pool.give_back(self._key, conn)
+        else:
+            conn._close()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None  # type: ignore[assignment]
+        if conn is not None:
+            conn._close()
+
+
+def _decoded(body: bytes, encoding: str) -> bytes:
+    encoding = encoding.strip().lower()
+    if not body or encoding in ("", "identity"):
+        return body
+    try:
+        if encoding in ("gzip", "x-gzip"):
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if encoding == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+    except zlib.error as exc:
+        raise aiohttp.ClientPayloadError(f"cannot decode a {encoding} body: {exc}") from None
+    return body  # an encoding it does not know: as aiohttp, the bytes as they came
+
+
+@lru_cache(maxsize=512)
+def _target(url: str) -> tuple[tuple[str, int, bool], bytes]:
+    """A URL's pool key (host, port, TLS) and the start of its request: the request line
+    and Host header."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise aiohttp.InvalidURL(url)
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = port == (443 if tls else 80)
+    host_header = host if default else f"{host}:{port}"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    start = f"POST {target} HTTP/1.1\r\nHost: {host_header}\r\n".encode("latin-1")
+    return (parts.hostname, port, tls), start
+
+
+@lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+class _Pool:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.idle: dict[tuple[str, int, bool], deque[_Connection]] = {}
+        self.closed = False
+
+    def take(self, key: tuple[str, int, bool]) -> _Connection | None:
+        idle = self.idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to be dropped
+            if not conn.closed and now - conn.idle_since < IDLE_SECONDS:
+                return conn
+            conn._close()
+        return None
+
+    def give_back(self, key: tuple[str, int, bool], conn: _Connection) -> None:
+        if self.closed:
+            conn._close()
+            return
+        conn.idle_since = time.monotonic()
+        conn._reset()
+        self.idle.setdefault(key, deque()).append(conn)
+
+    async def connect(self, key: tuple[str, int, bool], within: float | None) -> _Connection:
+        host, port, tls = key
+        opening = self.loop.create_connection(
+            lambda: _Connection(self.loop),
+            host,
+            port,
+            ssl=_tls_context() if tls else None,
+            server_hostname=host if tls else None,
+        )
+        try:
+            async with asyncio.timeout(within):
+                _, conn = await opening
+        except TimeoutError:
+            raise aiohttp.ConnectionTimeoutError(
+                f"no connection to {host}:{port} within {within:g} s"
+            ) from None
+        except OSError as exc:
+            message = f"{host}:{port}: {exc.strerror or exc}"
+            raise aiohttp.ClientOSError(exc.errno, message) from None
+        return conn
+
+    def close(self) -> None:
+        self.closed = True
+        for idle in self.idle.values():
+            for conn in idle:
+                conn._close()
+        self.idle.clear()
+
+
+_pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+
+
+def _pool() -> _Pool:
+    loop = asyncio.get_running_loop()
+    found = _pools.get(loop)
+    if found is None or found.closed:
+        for stale in [old for old in _pools if old.is_closed()]:
+            del _pools[stale]
+        found = _pools[loop] = _Pool(loop)
+    return found
+
+
+def close_pool() -> None:
+    found = _pools.pop(asyncio.get_running_loop(), None)
+    if found is not None:
+        found.close()
+
+
+def _request_bytes(start: bytes, headers: dict[str, str], body: bytes) -> bytes:
+    lines = [start]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise ValueError(f"a line break in the value of header {name!r}")
+        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    lines.append(b"content-length: %d\r\n\r\n" % len(body))
+    lines.append(body)
+    return b"".join(lines)
+
+
+async def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    connect_timeout: float | None,
+    read_timeout: float | None,
+) -> Response:
+    """POST `body`; returns once the answer's status and headers are in (`read()` waits
+    for the rest). The caller must `release()` the response."""
+    key, start = _target(url)
+    request = _request_bytes(start, headers, body)
+    pool = _pool()
+    conn = pool.take(key) or await pool.connect(key, connect_timeout)
+    conn.send(request, read_timeout)
+    assert conn.head is not None
+    try:
+        await conn.head
+    except BaseException:  # failed, timed out or cancelled: the connection is not reused
+        conn._close()
+        raise
+    return Response(pool, key, conn)
