@@ -21,20 +21,28 @@ from routing.request_path.upstream_http import close_pool
 from routing.request_path.upstream_http import post as post_whole
 
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+_fresh_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
 # Transport failures, as the proxy sees them.
 UpstreamError = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
-def session() -> aiohttp.ClientSession:
+def session(*, fresh: bool = False) -> aiohttp.ClientSession:
+    """This loop's pooled session; `fresh`: the one whose every request opens a new
+    connection (a request sent again after a pooled connection turned out dropped)."""
     loop = asyncio.get_running_loop()
-    found = _sessions.get(loop)
+    sessions = _fresh_sessions if fresh else _sessions
+    found = sessions.get(loop)
     if found is None or found.closed:
-        for stale in [old for old in _sessions if old.is_closed()]:
-            del _sessions[stale]
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        for stale in [old for old in sessions if old.is_closed()]:
+            del sessions[stale]
+        connector = (
+            aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
+            if fresh
+            else aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        )
         # Timeouts are set per request from the upstream's own settings.
-        found = _sessions[loop] = aiohttp.ClientSession(
+        found = sessions[loop] = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None),
             skip_auto_headers=("User-Agent",),
@@ -44,9 +52,10 @@ def session() -> aiohttp.ClientSession:
 
 async def close_sessions() -> None:
     close_pool()
-    found = _sessions.pop(asyncio.get_running_loop(), None)
-    if found is not None:
-        await found.close()
+    for sessions in (_sessions, _fresh_sessions):
+        found = sessions.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            await found.close()
 
 
 # A client's OpenAI account headers, passed on only to upstreams configured to take them.
@@ -165,20 +174,26 @@ async def _post(
     except aiohttp.ServerDisconnectedError:
         # Closed before any answer: mostly a pooled connection the upstream dropped as we
         # reused it (its idle timeout is shorter than our pool's: uvicorn's is 5 s), so the
-        # request was never read. Sent again once, not as a failed attempt; a second drop
-        # is the upstream's failure.
-        return await _send(url, body, headers, limits)
+        # request was never read. Sent again once, not as a failed attempt, on a new
+        # connection: the pool's other idle ones went idle as long and may be dropped too.
+        # A second drop is the upstream's failure.
+        return await _send(url, body, headers, limits, fresh=True)
 
 
 async def _send(
-    url: str, body: bytes, headers: dict[str, str], limits: _Limits
+    url: str, body: bytes, headers: dict[str, str], limits: _Limits, *, fresh: bool = False
 ) -> aiohttp.ClientResponse:
     if limits.whole:
         return await post_whole(  # type: ignore[return-value]  # status, headers, read()
-            url, body, headers, connect_timeout=limits.connect, read_timeout=limits.read
+            url,
+            body,
+            headers,
+            connect_timeout=limits.connect,
+            read_timeout=limits.read,
+            fresh=fresh,
         )
     timeout = aiohttp.ClientTimeout(total=None, connect=limits.connect, sock_read=limits.read)
-    return await session().post(url, data=body, headers=headers, timeout=timeout)
+    return await session(fresh=fresh).post(url, data=body, headers=headers, timeout=timeout)
 
 
 def transport_error_class(exc: BaseException) -> ErrorClass:

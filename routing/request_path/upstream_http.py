@@ -329,13 +329,15 @@ async def post(
     *,
     connect_timeout: float | None,
     read_timeout: float | None,
+    fresh: bool = False,
 ) -> Response:
     """POST `body`; returns once the answer's status and headers are in (`read()` waits
-    for the rest). The caller must `release()` the response."""
+    for the rest). The caller must `release()` the response. `fresh`: on a new connection,
+    none of the pool's."""
     key, start = _target(url)
     request = _request_bytes(start, headers, body)
     pool = _pool()
-    conn = pool.take(key) or await pool.connect(key, connect_timeout)
+    conn = (None if fresh else pool.take(key)) or await pool.connect(key, connect_timeout)
     conn.send(request, read_timeout)
     assert conn.head is not None
     try:

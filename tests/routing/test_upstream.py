@@ -90,6 +90,17 @@ async def test_a_pooled_connection_the_upstream_dropped_is_replaced_once(upstrea
 
 
 @pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
+@pytest.mark.parametrize("upstream", [1], indirect=True)
+async def test_a_call_sent_again_after_a_drop_goes_on_a_new_connection(upstream, whole):
+    """Two pooled connections went idle together and both were dropped (an upstream's idle
+    timeout while a worker stalled): the call sent again must not take the other one."""
+    assert await asyncio.gather(_call(upstream, whole), _call(upstream, whole)) == [200, 200]
+    assert upstream.connections == 2
+    assert await _call(upstream, whole) == 200
+    assert (upstream.connections, upstream.requests) == (3, 4)
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
 @pytest.mark.parametrize("upstream", [0], indirect=True)
 async def test_an_upstream_that_drops_every_request_fails_after_one_more_try(upstream, whole):
     with pytest.raises(aiohttp.ServerDisconnectedError):
