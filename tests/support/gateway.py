@@ -62,9 +62,14 @@ def start_gateway(
         "--no-access-log",
         "--log-level",
         "warning",
-        # As in production (docs/operations.md): a deadline for request headers.
+        # As in production (docs/operations.md): a deadline for request headers, and idle
+        # connections kept 75 s (at uvicorn's 5 s a client that honours a Retry-After of 5 s
+        # or more sends its retry on a connection the gateway is closing: Codex CLI then
+        # reports "error sending request" instead of the 503 it was told).
         "--http",
         "config.http_protocol:SluiceHttpProtocol",
+        "--timeout-keep-alive",
+        "75",
     ]
     proc = start_process(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", *args],
