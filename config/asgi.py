@@ -14,7 +14,6 @@ writes the audit rows still in memory.
 """
 
 import asyncio
-import gc
 import json
 import os
 from typing import Any
@@ -35,6 +34,7 @@ from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
 from config.draining import worker_drain  # noqa: E402
 from config.health import HEALTH_PATHS, LIVE_BODY, is_liveness, readiness  # noqa: E402
+from core.gc_schedule import collect_on_a_clock, hand_back, settle_collector  # noqa: E402
 from quotas.counters import quota_counters  # noqa: E402
 from routing.observability.audit import audit_writer  # noqa: E402
 from routing.observability.budget_alert import budget_alert_loop  # noqa: E402
@@ -132,11 +132,11 @@ class Application:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                # Everything loaded so far lives as long as the process: keep the garbage
-                # collector from scanning it again and again under load.
-                gc.collect()
-                gc.freeze()
                 loop = asyncio.get_running_loop()
+                settle_collector(full_every=settings.SLUICE_GC_FULL_SECONDS)
+                if settings.SLUICE_GC_FULL_SECONDS > 0:
+                    every = settings.SLUICE_GC_FULL_SECONDS
+                    self._background.append(loop.create_task(collect_on_a_clock(every)))
                 # Every worker runs it; a Redis lock lets one of them evaluate each round.
                 self._background.append(loop.create_task(capacity_alert_loop()))
                 self._background.append(loop.create_task(budget_alert_loop()))
@@ -157,6 +157,7 @@ class Application:
                 if settings.REDIS_URL:
                     await push_to_redis()
                 await close_sessions()
+                hand_back()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

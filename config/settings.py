@@ -214,6 +214,9 @@ SLUICE_BODY_SECONDS = float(os.environ.get("SLUICE_BODY_SECONDS", 30))
 # SIGTERM drains a worker (config/draining.py): readiness says 503 at once, calls still
 # running this many seconds later are cut, then the process writes its audit rows and exits.
 SLUICE_DRAIN_SECONDS = float(os.environ.get("SLUICE_DRAIN_SECONDS", 30))
+# A worker's full garbage collection runs this often (core/gc_schedule.py), not on Python's
+# own schedule, which under load paused the worker every few seconds; 0: Python's schedule.
+SLUICE_GC_FULL_SECONDS = float(os.environ.get("SLUICE_GC_FULL_SECONDS", 300))
 # Readiness (/healthz, config/health.py): how long the database and Redis may take to
 # answer, and how long one result serves every probe.
 SLUICE_HEALTH_TIMEOUT_SECONDS = float(os.environ.get("SLUICE_HEALTH_TIMEOUT_SECONDS", 1))

@@ -28,6 +28,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
+from core.gc_schedule import full_collections
 from routing.observability.loop_lag import lag, worker_label
 
 log = logging.getLogger("sluice.metrics")
@@ -250,7 +251,21 @@ def _loop_families() -> list[Any]:
         labels=["worker"],
     )
     largest.add_metric([worker], lag.largest)
-    return [lags, largest]
+    pause = GaugeMetricFamily(
+        "sluice_gc_full_pause_max_seconds",
+        "the longest full garbage collection of this worker since it started (the event "
+        "loop waits it out)",
+        labels=["worker"],
+    )
+    pause.add_metric([worker], full_collections.longest)
+    found = CounterMetricFamily(
+        "sluice_gc_full_collected_objects",
+        "unreachable objects this worker's full garbage collections found (cycles left "
+        "behind: near zero on the request path)",
+        labels=["worker"],
+    )
+    found.add_metric([worker], full_collections.found)
+    return [lags, largest, pause, found]
 
 
 class _Fixed:

@@ -1,0 +1,90 @@
+"""A worker's full garbage collections run on a clock, not on Python's own schedule: none
+while objects pile up, the cycles found when the clock comes, and both on /metrics."""
+
+import asyncio
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from core import gc_schedule
+from routing.observability.loop_lag import worker_label
+from routing.observability.metrics import metrics_text
+
+
+@pytest.fixture
+def collections_seen() -> Iterator[list[int]]:
+    """The generation of every collection that starts while the test runs."""
+    seen: list[int] = []
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(note)
+    yield seen
+    gc.callbacks.remove(note)
+    gc_schedule.hand_back()
+    gc.unfreeze()
+
+
+def _pile_up(objects: int) -> list[list[int]]:
+    """Objects that live on (as held streams do), enough to cross Python's own trigger for
+    a full collection (the oldest generation grown by a quarter) many times over."""
+    return [[n] for n in range(objects)]
+
+
+def test_objects_piling_up_cause_no_full_collection(collections_seen: list[int]) -> None:
+    gc_schedule.settle_collector(full_every=300)
+    collections_seen.clear()
+    held = _pile_up(300_000)
+    assert 1 in collections_seen  # the young generations are still collected
+    assert 2 not in collections_seen
+    del held
+
+
+def test_python_schedules_full_collections_without_it(collections_seen: list[int]) -> None:
+    gc_schedule.settle_collector(full_every=0)
+    collections_seen.clear()
+    held = _pile_up(300_000)
+    assert 2 in collections_seen
+    del held
+
+
+def test_handing_back_restores_pythons_thresholds(collections_seen: list[int]) -> None:
+    before = gc.get_threshold()
+    gc_schedule.settle_collector(full_every=300)
+    assert gc.get_threshold()[2] > 10**9
+    gc_schedule.hand_back()
+    assert gc.get_threshold() == before
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+async def test_the_clock_collects_cycles_and_counts_them(
+    monkeypatch: pytest.MonkeyPatch, collections_seen: list[int]
+) -> None:
+    monkeypatch.setattr(gc_schedule, "full_collections", gc_schedule.FullCollections())
+    gc_schedule.settle_collector(full_every=0.05)
+    for _ in range(100):
+        _Node()
+    clock = asyncio.create_task(gc_schedule.collect_on_a_clock(every=0.05))
+    await asyncio.sleep(0.2)
+    clock.cancel()
+    figures = gc_schedule.full_collections
+    assert figures.count >= 2
+    assert figures.found >= 100  # each _Node and its __dict__
+    assert 0 < figures.longest <= figures.seconds
+
+
+@pytest.mark.django_db
+async def test_metrics_export_the_full_collections(monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = gc_schedule.FullCollections(count=3, seconds=0.05, longest=0.03, found=42)
+    monkeypatch.setattr("routing.observability.metrics.full_collections", figures)
+    text = (await metrics_text()).decode()
+    worker = worker_label()
+    assert f'sluice_gc_full_pause_max_seconds{{worker="{worker}"}} 0.03' in text
+    assert f'sluice_gc_full_collected_objects_total{{worker="{worker}"}} 42.0' in text
