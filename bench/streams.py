@@ -3,7 +3,7 @@ trickling a chunk every 0.5-1 s, direct to the simulator and through one gateway
 
     .venv/bin/python bench/streams.py [--streams 1000,5000,10000] [--seconds 30]
                                       [--open-rate R] [--chunk-ms 750] [--clients 1]
-                                      [--py-spy PREFIX]
+                                      [--baseline REF] [--py-spy PREFIX]
 
 The streams open at `--open-rate` a second, by default N / `--seconds` (the turnover of N open
 streams of that length: 10,000 streams of 30 s start 333 a second), and each asks the
@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
-from harness import CLOCK_TICKS, cpu_seconds, stack
+from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, stack
 
 # The simulator's gap between chunks is drawn within a third either side of --chunk-ms (750:
 # a chunk every 0.5-1 s).
@@ -359,7 +359,8 @@ def failures(side: Side) -> str:
     return f"{total} (" + ", ".join(f"{why}: {k}" for why, k in side.failed.most_common()) + ")"
 
 
-def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: argparse.Namespace):
+def report(n: int, direct: Side, runs: list[tuple[str, Side, dict[str, float]]], args) -> None:
+    """One block per N: the direct side, then each gateway run (a baseline's first)."""
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"\n{n:,} streams (load average {load} at the end): opened at "
@@ -367,35 +368,77 @@ def report(n: int, direct: Side, via: Side, gateway: dict[str, float], args: arg
         f"all open together for {args.seconds:g} s, a chunk every "
         f"{args.chunk_ms * (1 - SPREAD) / 1000:g}-{args.chunk_ms * (1 + SPREAD) / 1000:g} s"
     )
-    print(f"  {'':24}{'direct':>10}{'Sluice':>10}{'added':>10}")
-    for label, values_d, values_v, p in (
-        ("TTFB p50 ms", direct.ttfb, via.ttfb, 50),
-        ("TTFB p99 ms", direct.ttfb, via.ttfb, 99),
-        ("chunk gap p50 ms", direct.gaps, via.gaps, 50),
-        ("chunk gap p99 ms", direct.gaps, via.gaps, 99),
+    names = "".join(f"{name:>12}{'added':>9}" for name, _, _ in runs)
+    print(f"  {'':20}{'direct':>9}{names}")
+    for label, pick, p in (
+        ("TTFB p50 ms", "ttfb", 50),
+        ("TTFB p99 ms", "ttfb", 99),
+        ("chunk gap p50 ms", "gaps", 50),
+        ("chunk gap p99 ms", "gaps", 99),
     ):
-        d, v = pct(values_d, p), pct(values_v, p)
-        print(f"  {label:24}{d:10.1f}{v:10.1f}{v - d:+10.1f}")
-    print(f"  {'streams done':24}{direct.done:10}{via.done:10}")
-    print(f"  streams failed: direct {failures(direct)}; Sluice {failures(via)}")
-    grown = gateway["rss_peak"] - gateway["rss_idle"]
-    chunks = max(1, len(via.gaps) + via.done)  # a stream's first event has no gap before it
+        d = pct(getattr(direct, pick), p)
+        row = "".join(
+            f"{v:12.1f}{v - d:+9.1f}" for v in (pct(getattr(via, pick), p) for _, via, _ in runs)
+        )
+        print(f"  {label:20}{d:9.1f}{row}")
     print(
-        f"  gateway: RSS {gateway['rss_idle']:.0f} MiB idle, {gateway['rss_peak']:.0f} MiB peak "
-        f"(+{grown:.0f} MiB, {grown / n * 1000:.1f} MiB per 1,000 streams); "
-        f"peak open fds {gateway['fds']:.0f}"
+        f"  {'streams done':20}{direct.done:9}"
+        + "".join(f"{via.done:12}{'':9}" for _, via, _ in runs)
     )
-    print(
-        f"  gateway CPU: {gateway['cpu']:.1f} s ({gateway['cpu'] / n * 1000:.2f} ms per "
-        f"stream, {gateway['cpu'] / chunks * 1e6:.0f} µs per chunk relayed, all included; "
-        f"{gateway['cpu'] / gateway['wall']:.2f} cores over {gateway['wall']:.0f} s; "
-        f"{gateway['system'] / max(gateway['cpu'], 1e-9):.0%} of it in the kernel)"
-    )
-    print(
-        f"  simulator CPU direct {gateway['sim_direct']:.1f} s, through {gateway['sim_via']:.1f} "
-        f"s; client CPU direct {gateway['client_direct']:.1f} s, through "
-        f"{gateway['client_via']:.1f} s"
-    )
+    print(f"  streams failed: direct {failures(direct)}")
+    for name, via, gateway in runs:
+        grown = gateway["rss_peak"] - gateway["rss_idle"]
+        chunks = max(1, len(via.gaps) + via.done)  # a stream's first event has no gap before it
+        print(
+            f"  {name}: failed {failures(via)}; RSS {gateway['rss_idle']:.0f} MiB idle, "
+            f"{gateway['rss_peak']:.0f} MiB peak (+{grown:.0f} MiB, {grown / n * 1000:.1f} MiB "
+            f"per 1,000 streams); peak open fds {gateway['fds']:.0f}"
+        )
+        print(
+            f"  {'':{len(name)}}  CPU {gateway['cpu']:.1f} s ({gateway['cpu'] / n * 1000:.2f} ms "
+            f"per stream, {gateway['cpu'] / chunks * 1e6:.0f} µs per chunk relayed, all "
+            f"included; {gateway['cpu'] / gateway['wall']:.2f} cores over {gateway['wall']:.0f} "
+            f"s; {gateway['system'] / max(gateway['cpu'], 1e-9):.0%} of it in the kernel); "
+            f"simulator CPU {gateway['sim']:.1f} s, client {gateway['client']:.1f} s"
+        )
+
+
+def through(
+    s: Stack,
+    source: Path,
+    pool: ProcessPoolExecutor,
+    key: str,
+    sim_pids: list[int],
+    n: int,
+    args: argparse.Namespace,
+    spy_name: str | None,
+) -> tuple[Side, dict[str, float]]:
+    """N streams through a fresh, warmed-up gateway of `source`; what they measured and
+    what the gateway spent."""
+    url, pids = s.gateway(source=source, extra=("--backlog", BACKLOG))
+    port = int(url.rsplit(":", 1)[1])
+    warm_up(url, key)
+    watch = Watch(pids)
+    idle = rss_mib(pids)
+    spy = profile(spy_name, n, pids[0]) if spy_name else None
+    cpu0, sim0, wall0 = cpu_seconds(pids), cpu_seconds(sim_pids), time.monotonic()
+    system0 = user_system_seconds(pids)[1]
+    via, client = run_side(pool, args.clients, port, key, "trickle", n, args, watch)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
+        spy.wait(timeout=60)
+    gateway = {
+        "rss_idle": idle,
+        "rss_peak": watch.rss_mib,
+        "fds": watch.fds,
+        "cpu": cpu_seconds(pids) - cpu0,
+        "system": user_system_seconds(pids)[1] - system0,
+        "wall": time.monotonic() - wall0,
+        "sim": cpu_seconds(sim_pids) - sim0,
+        "client": client,
+    }
+    s.stop_last()
+    return via, gateway
 
 
 def main() -> None:
@@ -415,6 +458,11 @@ def main() -> None:
         default=750,
         help="mean gap between chunks, drawn within a third either side (default 750: a chunk "
         "every 0.5-1 s)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also through a gateway of this git ref (say main), before this checkout's",
     )
     parser.add_argument(
         "--py-spy",
@@ -452,36 +500,19 @@ def main() -> None:
         key = s.configure(
             CONFIG.format(port=sim_port), member="bench@example.com", application="bench"
         )
+        sources = [("Sluice", ROOT)]
+        if args.baseline:
+            sources.insert(0, (args.baseline[:10], s.checkout(args.baseline)))
         for n in counts:
             before = cpu_seconds(sim_pids)
-            direct, client_direct = run_side(pool, args.clients, sim_port, None, "m", n, args)
-            sim_direct = cpu_seconds(sim_pids) - before
-            url, pids = s.gateway(extra=("--backlog", BACKLOG))
-            port = int(url.rsplit(":", 1)[1])
-            warm_up(url, key)
-            watch = Watch(pids)
-            idle = rss_mib(pids)
-            spy = profile(args.py_spy, n, pids[0]) if args.py_spy else None
-            cpu0, sim0, wall0 = cpu_seconds(pids), cpu_seconds(sim_pids), time.monotonic()
-            system0 = user_system_seconds(pids)[1]
-            via, client_via = run_side(pool, args.clients, port, key, "trickle", n, args, watch)
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
-                spy.wait(timeout=60)
-            gateway = {
-                "rss_idle": idle,
-                "rss_peak": watch.rss_mib,
-                "fds": watch.fds,
-                "cpu": cpu_seconds(pids) - cpu0,
-                "system": user_system_seconds(pids)[1] - system0,
-                "wall": time.monotonic() - wall0,
-                "sim_direct": sim_direct,
-                "sim_via": cpu_seconds(sim_pids) - sim0,
-                "client_direct": client_direct,
-                "client_via": client_via,
-            }
-            s.stop_last()
-            report(n, direct, via, gateway, args)
+            direct, _ = run_side(pool, args.clients, sim_port, None, "m", n, args)
+            print(f"  (direct: simulator CPU {cpu_seconds(sim_pids) - before:.1f} s)")
+            runs = []
+            for name, source in sources:
+                spy_name = f"{args.py_spy}-{name}" if args.py_spy else None
+                via, gateway = through(s, source, pool, key, sim_pids, n, args, spy_name)
+                runs.append((name, via, gateway))
+            report(n, direct, runs, args)
             sys.stdout.flush()
 
 

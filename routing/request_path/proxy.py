@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from accounts.authentication import Principal, authenticate, presented_key
@@ -38,7 +38,7 @@ from routing.request_path.finish import complete
 from routing.request_path.payloads import ClientRequest, Endpoint, sniff_model
 from routing.request_path.policy import deadline_for, fallback_for
 from routing.request_path.protocols import OPENAI, ClientProtocol, TranslatedStream
-from routing.request_path.relay import OpenStream, StreamRelay, settle_usage
+from routing.request_path.relay import EventStream, OpenStream, StreamRelay, settle_usage
 from routing.request_path.response_cache import HIT, CacheStep, cache_lookup, cache_store
 from routing.request_path.translation import shape_for
 from routing.request_path.upstream import account_headers, passed_back
@@ -209,9 +209,7 @@ async def _answer(
     if isinstance(result, OpenStream):
         relay = StreamRelay(call, result, client_request)
         translator = None if native else protocol.stream(client_request)
-        body = relay if translator is None else TranslatedStream(relay, translator)
-        response = StreamingHttpResponse(body, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
+        response = EventStream(relay if translator is None else TranslatedStream(relay, translator))
         response["X-Accel-Buffering"] = "no"
         return _stamp(response, call, passed_back(result.response.headers))
     if call.cache == HIT and client_request.stream:  # a stored answer, replayed as a stream
@@ -219,9 +217,7 @@ async def _answer(
         call.finish(outcome=Outcome.SUCCESS, status=200)
         complete(call)
         replayed = replay(result.payload or {}, client_request, protocol.stream(client_request))
-        response = StreamingHttpResponse(replayed, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        return _stamp(response, call)
+        return _stamp(EventStream(replayed), call)
 
     content = result.body
     if result.payload is not None:

@@ -28,6 +28,7 @@ from django.urls import Resolver404, ResolverMatch, get_resolver
 
 from core.errors import GatewayError, database_unavailable
 from routing.observability.audit import new_request_id
+from routing.request_path.relay import EventStream
 
 log = logging.getLogger("sluice.proxy")
 
@@ -94,6 +95,12 @@ class ProxyRequest(HttpRequest):
 
 
 @functools.lru_cache(maxsize=256)
+def _head(response: HttpResponseBase) -> dict[str, Any]:
+    """The answer's status and headers as an ASGI message (the proxy sets no cookies)."""
+    headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in response.items()]
+    return {"type": "http.response.start", "status": response.status_code, "headers": headers}
+
+
 def _resolve(path: str) -> ResolverMatch:
     """The proxy's few paths, resolved once each rather than on every request."""
     return get_resolver().resolve(path)
@@ -173,14 +180,19 @@ class ProxyHandler(ASGIHandler):
 
     async def send_response(self, response: Any, send: Any) -> None:
         """A whole answer without cookies: its head and its body as one message each (what
-        Django's send_response does, without its chunking generator)."""
+        Django's send_response does, without its chunking generator); an event stream: each
+        of its events as a message, as it comes."""
+        if isinstance(response, EventStream):
+            await send(_head(response))
+            async with contextlib.aclosing(aiter(response.events)) as events:  # type: ignore[type-var]
+                async for event in events:
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body"})
+            return
         if response.streaming or response.cookies:
             await super().send_response(response, send)
             return
-        headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in response.items()]
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
+        await send(_head(response))
         await send({"type": "http.response.body", "body": response.content})
 
     async def read_body(self, receive: Any, scope: dict[str, Any] | None = None) -> Any:

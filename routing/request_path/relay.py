@@ -3,11 +3,12 @@
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from django.http import StreamingHttpResponse
 
 from core.background import spawn
 from core.errors import error_body
@@ -67,9 +68,24 @@ async def first_event(response: aiohttp.ClientResponse) -> bytes | None:
             return None
 
 
+class EventStream(StreamingHttpResponse):
+    """A server-sent-event answer whose `events` the proxy handler sends itself, one ASGI
+    message each (Django's own sending wraps every chunk in three generators more).
+    `events.close()`, when it has one, is a resource closer: it runs once the answer
+    ended, sent or not."""
+
+    def __init__(self, events: AsyncIterable[bytes]) -> None:
+        super().__init__((), content_type="text/event-stream")
+        self.events = events
+        closer = getattr(events, "close", None)
+        if closer is not None:
+            self._resource_closers.append(closer)
+        self["Cache-Control"] = "no-cache"
+
+
 class StreamRelay:
-    """The body of a streaming answer. Django iterates it; `close()` is registered as the
-    response's resource closer and settles a stream that was never started (the client
+    """The body of a streaming answer. The handler iterates it; `close()` is registered as
+    the response's resource closer and settles a stream that was never started (the client
     left between the headers and the first chunk), so every such call is still recorded
     and its upstream request cancelled."""
 
@@ -103,7 +119,8 @@ class StreamRelay:
                 out = self.tap.feed(self.stream.first)
                 if out:
                     yield out
-            async for data in self.stream.response.content.iter_any():
+            content = self.stream.response.content
+            while data := await content.readany():
                 if self.call.ttfb_ms is None:
                     self.call.ttfb_ms = self.call.elapsed_ms()
                 out = self.tap.feed(data)

@@ -1,10 +1,11 @@
-"""Calls to upstream APIs: a streamed call through one pooled aiohttp session per process
-(and event loop), a call whose answer is read whole through the lean client beside it
-(routing/request_path/upstream_http.py: the same errors and timeouts for a sixth of the CPU).
+"""Calls to upstream APIs, whole or streamed, through the lean HTTP/1.1 client
+(routing/request_path/upstream_http.py): aiohttp's errors and timeouts, so the chain walk
+classifies failures as it always did, for a sixth of aiohttp's CPU per request and no timer
+moved per streamed chunk.
 
-aiohttp rather than httpx: httpx.AsyncClient's pool scans every connection on each request,
-so its CPU per request grows with concurrency; aiohttp's stays flat and several times lower
-(measure with bench/overhead.py against the simulator).
+Neither aiohttp's client nor httpx: httpx.AsyncClient's pool scans every connection on each
+request, so its CPU per request grows with concurrency; aiohttp's stays flat, and the lean
+client's is flat and lower again (measure with bench/overhead.py against the simulator).
 """
 
 import asyncio
@@ -17,45 +18,15 @@ from routing.catalog.specs import DeploymentSpec
 from routing.request_path.classify import ErrorClass
 from routing.request_path.protocols import anthropic_upstream, responses_upstream
 from routing.request_path.protocols.native import NATIVE_PATHS, native_bytes
-from routing.request_path.upstream_http import close_pool
-from routing.request_path.upstream_http import post as post_whole
-
-_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
-_fresh_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+from routing.request_path.upstream_http import close_pool, post
 
 # Transport failures, as the proxy sees them.
 UpstreamError = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
-def session(*, fresh: bool = False) -> aiohttp.ClientSession:
-    """This loop's pooled session; `fresh`: the one whose every request opens a new
-    connection (a request sent again after a pooled connection turned out dropped)."""
-    loop = asyncio.get_running_loop()
-    sessions = _fresh_sessions if fresh else _sessions
-    found = sessions.get(loop)
-    if found is None or found.closed:
-        for stale in [old for old in sessions if old.is_closed()]:
-            del sessions[stale]
-        connector = (
-            aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
-            if fresh
-            else aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
-        )
-        # Timeouts are set per request from the upstream's own settings.
-        found = sessions[loop] = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None),
-            skip_auto_headers=("User-Agent",),
-        )
-    return found
-
-
 async def close_sessions() -> None:
+    """Close this event loop's pooled upstream connections (a worker or runner ending)."""
     close_pool()
-    for sessions in (_sessions, _fresh_sessions):
-        found = sessions.pop(asyncio.get_running_loop(), None)
-        if found is not None:
-            await found.close()
 
 
 # A client's OpenAI account headers, passed on only to upstreams configured to take them.
@@ -90,7 +61,7 @@ async def open_response(
     client's OpenAI account headers) go only to an upstream set to receive them; the
     client's own Authorization never goes anywhere. `trace_headers` (the attempt's own
     `traceparent`, when traces are exported) go to every upstream. A call not streamed
-    (`whole`) goes through the lean client: its answer has `read()` but no stream."""
+    (`whole`) is read with `read()`; a streamed one with `content.readany()`."""
     upstream = deployment.upstream
     timeout = _Limits(upstream.connect_timeout, upstream.read_timeout, whole)
     native = getattr(body, "native", None)
@@ -158,7 +129,7 @@ def _native_headers(
 
 
 class _Limits:
-    """An attempt's connect and read timeouts, and which client sends it."""
+    """An attempt's connect and read timeouts, and whether its answer is read whole."""
 
     __slots__ = ("connect", "read", "whole")
 
@@ -183,17 +154,15 @@ async def _post(
 async def _send(
     url: str, body: bytes, headers: dict[str, str], limits: _Limits, *, fresh: bool = False
 ) -> aiohttp.ClientResponse:
-    if limits.whole:
-        return await post_whole(  # type: ignore[return-value]  # status, headers, read()
-            url,
-            body,
-            headers,
-            connect_timeout=limits.connect,
-            read_timeout=limits.read,
-            fresh=fresh,
-        )
-    timeout = aiohttp.ClientTimeout(total=None, connect=limits.connect, sock_read=limits.read)
-    return await session(fresh=fresh).post(url, data=body, headers=headers, timeout=timeout)
+    return await post(  # type: ignore[return-value]  # status, headers, read(), content
+        url,
+        body,
+        headers,
+        connect_timeout=limits.connect,
+        read_timeout=limits.read,
+        stream=not limits.whole,
+        fresh=fresh,
+    )
 
 
 def transport_error_class(exc: BaseException) -> ErrorClass:
