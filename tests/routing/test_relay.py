@@ -1,4 +1,5 @@
-"""Stream relaying against the real simulator: every way a stream ends is settled once."""
+"""Stream relaying against the real simulator: every way a stream ends is settled once; an
+event stream is sent one ASGI message an event."""
 
 import asyncio
 from decimal import Decimal
@@ -9,7 +10,8 @@ from routing.catalog.specs import DeploymentSpec, UpstreamSpec
 from routing.deployment_state import Limits, Result
 from routing.observability.audit import AttemptLog, CallLog
 from routing.request_path.payloads import Endpoint, parse_request, upstream_body
-from routing.request_path.relay import OpenStream, StreamRelay
+from routing.request_path.proxy_handler import ProxyHandler
+from routing.request_path.relay import EventStream, OpenStream, StreamRelay
 from routing.request_path.upstream import close_sessions, open_response
 from tests.support import SimulatorHandle, wait_until
 
@@ -117,3 +119,40 @@ async def test_a_client_that_hangs_up_on_the_error_event_leaves_the_call_an_upst
     assert [c.outcome for c in recorded] == ["upstream_error"]
     assert call.status_code == 502
     assert released == [Result.FAILURE]
+
+
+class _Events:
+    """An event stream's body that remembers whether it was closed."""
+
+    def __init__(self, events: list[bytes]) -> None:
+        self.events, self.closed = events, 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+    async def __aiter__(self):
+        for event in self.events:
+            yield event
+
+
+async def test_an_event_stream_is_sent_one_message_an_event_then_its_end():
+    events = _Events([b"data: 1\n\n", b"data: [DONE]\n\n"])
+    response = EventStream(events)
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await ProxyHandler().send_response(response, send)
+    response.close()  # the handler runs the resource closers after sending
+    head = sent[0]
+    assert (head["type"], head["status"]) == ("http.response.start", 200)
+    headers = [(k.lower(), v) for k, v in head["headers"]]
+    assert (b"content-type", b"text/event-stream") in headers
+    assert (b"cache-control", b"no-cache") in headers
+    assert [(m.get("body"), m.get("more_body", False)) for m in sent[1:]] == [
+        (b"data: 1\n\n", True),
+        (b"data: [DONE]\n\n", True),
+        (None, False),
+    ]
+    assert events.closed == 1

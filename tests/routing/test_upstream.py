@@ -1,8 +1,8 @@
-"""The upstream clients against a real socket (aiohttp for streamed calls, the lean client for
-answers read whole): a pooled connection the upstream closed while we reused it (its idle
-timeout ran out first) is replaced once, without an attempt lost; the lean client reuses its
-connections, reads every way of ending a body, and fails with aiohttp's errors, so the chain
-walk classifies its failures as before."""
+"""The upstream client against a real socket, streamed and whole: a pooled connection the
+upstream closed while we reused it (its idle timeout ran out first) is replaced once,
+without an attempt lost; it reuses its connections, reads every way of ending a body, hands
+a stream over as it comes (and stops reading one whose reader falls behind), and fails with
+aiohttp's errors, so the chain walk classifies its failures as before."""
 
 import asyncio
 import gzip
@@ -80,7 +80,7 @@ async def _call(upstream: Upstream, whole: bool = False) -> int:
     return response.status
 
 
-@pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
+@pytest.mark.parametrize("whole", [False, True], ids=["streamed", "whole"])
 @pytest.mark.parametrize("upstream", [1], indirect=True)
 async def test_a_pooled_connection_the_upstream_dropped_is_replaced_once(upstream, whole):
     assert await _call(upstream, whole) == 200
@@ -89,7 +89,7 @@ async def test_a_pooled_connection_the_upstream_dropped_is_replaced_once(upstrea
     assert (upstream.connections, upstream.requests) == (2, 3)
 
 
-@pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
+@pytest.mark.parametrize("whole", [False, True], ids=["streamed", "whole"])
 @pytest.mark.parametrize("upstream", [1], indirect=True)
 async def test_a_call_sent_again_after_a_drop_goes_on_a_new_connection(upstream, whole):
     """Two pooled connections went idle together and both were dropped (an upstream's idle
@@ -100,7 +100,7 @@ async def test_a_call_sent_again_after_a_drop_goes_on_a_new_connection(upstream,
     assert (upstream.connections, upstream.requests) == (3, 4)
 
 
-@pytest.mark.parametrize("whole", [False, True], ids=["aiohttp", "lean"])
+@pytest.mark.parametrize("whole", [False, True], ids=["streamed", "whole"])
 @pytest.mark.parametrize("upstream", [0], indirect=True)
 async def test_an_upstream_that_drops_every_request_fails_after_one_more_try(upstream, whole):
     with pytest.raises(aiohttp.ServerDisconnectedError):
@@ -265,3 +265,113 @@ async def test_a_call_cancelled_while_waiting_closes_its_connection(scripted):
     # The late answer of the cancelled call is never read as the next call's.
     assert await _whole(served) == (200, b"ok", None)
     assert served.connections == 2
+
+
+# --- streamed answers ------------------------------------------------------------------
+
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def _stream(served: Scripted, read_timeout: float = 5.0) -> aiohttp.ClientResponse:
+    deployment = served.deployment(read_timeout)
+    return await open_response(deployment, "chat/completions", b"{}", whole=False)
+
+
+async def test_a_stream_is_handed_over_as_it_comes_and_its_connection_kept(scripted):
+    second = asyncio.Event()
+
+    async def trickle(reader, writer):
+        writer.write(STREAM_HEAD + b"\r\n" + _chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await second.wait()  # the next chunk only once the first was handed over
+        second.clear()
+        writer.write(_chunk(b"data: 2\n\n") + _chunk(b""))
+
+    served = await scripted(trickle)
+    for _ in range(2):
+        response = await _stream(served)
+        assert await response.content.readany() == b"data: 1\n\n"
+        second.set()
+        assert await response.content.readany() == b"data: 2\n\n"
+        assert await response.content.readany() == b""
+        response.release()
+    assert served.connections == 1
+
+
+async def test_a_stream_cut_short_hands_over_what_came_then_a_connection_error(scripted):
+    async def cut(reader, writer):
+        writer.write(STREAM_HEAD + b"\r\n" + _chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+
+    response = await _stream(await scripted(cut))
+    assert await response.content.readany() == b"data: 1\n\n"
+    with pytest.raises(aiohttp.ClientPayloadError) as caught:
+        await response.content.readany()
+    response.close()
+    assert transport_error_class(caught.value) is ErrorClass.CONNECTION
+
+
+async def test_a_stream_silent_past_its_read_timeout_between_chunks_is_a_read_timeout(scripted):
+    async def stalls(reader, writer):
+        writer.write(STREAM_HEAD + b"\r\n" + _chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.15)
+        writer.write(_chunk(b"data: 2\n\n"))  # in time: the timeout counts from each read
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    response = await _stream(await scripted(stalls), read_timeout=0.3)
+    assert await response.content.readany() == b"data: 1\n\n"
+    assert await response.content.readany() == b"data: 2\n\n"
+    with pytest.raises(asyncio.TimeoutError) as caught:
+        await response.content.readany()
+    response.close()
+    assert transport_error_class(caught.value) is ErrorClass.READ_TIMEOUT
+
+
+async def test_a_stream_whose_reader_falls_behind_is_no_longer_read_until_it_catches_up(
+    scripted,
+):
+    piece = b"x" * 65536
+    pieces = 64  # 4 MiB: more than the client's buffer and both sockets' buffers
+    written = []
+
+    async def flood(reader, writer):
+        writer.write(STREAM_HEAD + b"\r\n")
+        for n in range(pieces):
+            writer.write(_chunk(piece))
+            await writer.drain()
+            written.append(n)
+        writer.write(_chunk(b""))
+
+    response = await _stream(await scripted(flood))
+    await asyncio.sleep(0.3)  # the reader is away
+    assert len(written) < pieces  # the upstream's writes wait for it
+    received = b""
+    while data := await response.content.readany():
+        received += data
+    response.release()
+    assert received == piece * pieces
+
+
+async def test_a_gzipped_stream_is_decoded(scripted):
+    events = gzip.compress(b"data: 1\n\ndata: [DONE]\n\n")
+
+    async def gzipped(reader, writer):
+        writer.write(STREAM_HEAD + b"content-encoding: gzip\r\n\r\n")
+        writer.write(_chunk(events[:10]) + _chunk(events[10:]) + _chunk(b""))
+
+    response = await _stream(await scripted(gzipped))
+    received = b""
+    while data := await response.content.readany():
+        received += data
+    response.release()
+    assert received == b"data: 1\n\ndata: [DONE]\n\n"
