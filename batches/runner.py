@@ -13,9 +13,11 @@ Every tick (a fifth of a second) it reads the active batches and handles each:
 
 Between ticks, a line that ends (answered or preempted) wakes the runner to fill the room
 it freed, from the batches of the last tick (at most every 20 ms, and without reading the
-batches again), and so does every 20 ms while lines wait for a spare slot (room the
-gateway's calls free is not told to the runner): a deployment kept full costs one
-spare-slot look per wake and a claim only when there is room. A batch with nothing left to
+batches again), and so does every 20 ms while lines wait for a spare slot and calls other
+than the runner's own hold or wait for the route's slots (room they free is not told to
+the runner; room its own lines free is): a deployment kept full costs one spare-slot look
+per wake and a claim only when there is room, and one the runner alone keeps full costs
+no look between its lines' ends. A batch with nothing left to
 claim is not asked again until the next tick. Claims take many lines in one transaction
 (services.lines_claim, with their bodies in the same trip to a worker thread, and the
 answers of the lines that ended since the last write): up to 16 lines ahead of the spare
@@ -55,7 +57,7 @@ from accounts.authentication import Principal, principal_for_prefix
 from accounts.windows import parse_windows, window_open
 from batches import selectors, services
 from batches.models import Batch
-from batches.pacing import route_spare
+from batches.pacing import others_hold, route_room
 from batches.runner_db import RunnerDb
 from batches.selectors import ActiveBatch
 from batches.services import ClaimedLine, LineAnswer
@@ -251,6 +253,11 @@ class Runner:
         queued = sum(len(q) for (b, _), q in self._queued.items() if b == batch_id)
         return queued + sum(1 for r in self.lines.values() if r.batch_id == batch_id)
 
+    def _running(self, model: str) -> int:
+        """This runner's lines of `model` that hold or wait for a slot (not those waiting
+        out a limit's Retry-After)."""
+        return sum(1 for r in self.lines.values() if r.model == model and not r.waiting)
+
     def _held(self) -> list[int]:
         """The lines this runner holds a lease on: running and queued."""
         return [*self.lines, *(line.id for q in self._queued.values() for line, _ in q)]
@@ -271,9 +278,13 @@ class Runner:
             if not queue and key in self._drained:
                 continue
             route = routes.get(model)
-            spare = min(room, await route_spare(route) if route is not None else 1)
+            if route is None:
+                spare, others = min(room, 1), True
+            else:
+                free = await route_room(route)
+                spare, others = min(room, free.spare), others_hold(free, self._running(model))
             if spare <= 0:
-                self._starved = True
+                self._starved |= others
                 continue
             if len(queue) < spare and key not in self._drained:
                 # Claim ahead (up to PREFETCH), within the lines a runner may hold at once.
@@ -289,7 +300,7 @@ class Runner:
                 task = asyncio.create_task(self._run_line(batch, line, raw))
                 self.lines[line.id] = _Running(task, batch.id, model)
                 started += 1
-            if queue or key not in self._drained:
+            if others and (queue or key not in self._drained):
                 self._starved = True  # more to start once a slot is spare
         return started
 
