@@ -320,13 +320,15 @@ class Runner:
                     queue.extend(claimed)
                     if len(claimed) < want:  # none left to claim: not asked until the tick
                         self._drained.add(key)
-            for _ in range(min(spare, len(queue))):
+            starting = min(spare, len(queue))
+            for _ in range(starting):
                 line, raw = queue.popleft()
                 task = asyncio.create_task(self._run_line(batch, line, raw))
                 self.lines[line.id] = _Running(task, batch.id, model)
-                started += 1
-            if others and (queue or key not in self._drained):
-                self._starved = True  # more to start once a slot is spare
+            started += starting
+            if (queue or key not in self._drained) and (others or starting < spare):
+                # More to start: soon, when others may free room, or room is left unfilled.
+                self._starved = True
         return started
 
     async def _claim(

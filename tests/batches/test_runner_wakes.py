@@ -13,6 +13,7 @@ from accounts.models import Application, Team
 from batches import runner as runner_module
 from batches import services
 from batches.models import Batch, BatchFile
+from batches.pacing import Room
 from batches.runner import TICK, Runner, _Running
 from batches.services import LineAnswer
 from core.refresh import on_change
@@ -104,3 +105,51 @@ async def test_the_last_answers_of_a_batch_written_make_the_next_look_a_tick() -
     runner._answers.append(("batch_a", LineAnswer(2, "{}", False)))
     await runner.write_ended()
     assert runner._poked
+
+
+def _looking_runner(monkeypatch, *, spare: int, taken: int, max_in_flight: int = 64) -> Runner:
+    """A runner whose route `m` has `spare` slots for batch and `taken` calls there."""
+    route = SimpleNamespace(name="m")
+
+    async def routes():
+        return {"m": route}
+
+    async def room(_route):
+        return Room(spare=spare, taken=taken)
+
+    async def claim(self, batch, model, limit, *, lapsed):
+        line = services.ClaimedLine(0, batch.id, 1, "c", model, 0, 1)
+        return [(line, b"{}")] * limit  # as many as asked: more are left
+
+    async def run_line(self, batch, line, raw):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(runner_module.catalog, "routes", routes)
+    monkeypatch.setattr(runner_module, "route_room", room)
+    monkeypatch.setattr(Runner, "_claim", claim)
+    monkeypatch.setattr(Runner, "_run_line", run_line)
+    runner = Runner(max_in_flight=max_in_flight)
+    runner._models["batch_a"] = ["m"]
+    return runner
+
+
+@pytest.mark.parametrize(
+    ("spare", "taken", "max_in_flight", "starved"),
+    [
+        (3, 0, 64, False),  # its own lines fill the room: their ends wake it
+        (0, 6, 64, True),  # full, by others' calls too: room they free is not told
+        (3, 1, 64, True),  # another call holds a slot there
+        (3, 0, 4, True),  # room left unfilled (it may hold no more lines now): look again
+    ],
+)
+async def test_a_look_is_repeated_soon_only_for_room_nothing_else_tells_of(
+    monkeypatch, spare, taken, max_in_flight, starved
+) -> None:
+    runner = _looking_runner(monkeypatch, spare=spare, taken=taken, max_in_flight=max_in_flight)
+    other = services.ClaimedLine(9, "batch_b", 1, "c", "x", 0, 1)
+    runner._queued[("batch_b", "x")].extend([(other, b"{}")] * 2)  # held, queued for another
+    batch = SimpleNamespace(id="batch_a")
+    await runner._start_lines(batch, lapsed=False)  # type: ignore[arg-type]
+    assert runner._starved is starved
+    for running in runner.lines.values():
+        running.task.cancel()
