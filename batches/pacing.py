@@ -12,6 +12,7 @@ waiting interactive call (routing/deployment_state/slot_policy.py rule 5, batche
 """
 
 import math
+from dataclasses import dataclass
 
 from routing.catalog.specs import RouteSpec
 from routing.deployment_state import Snapshot, deployment_state
@@ -25,10 +26,25 @@ def deployment_spare(snapshot: Snapshot, reserve: float) -> int:
     return max(0, batch_cap(allowed, reserve) - snapshot.in_flight - snapshot.waiting_batch)
 
 
-async def route_spare(route: RouteSpec) -> int:
+@dataclass(frozen=True)
+class Room:
+    """A route's room for batch lines now, summed over its chain."""
+
+    spare: int  # lines that may start now
+    taken: int  # calls holding or waiting for a slot there: anyone's, the runner's own too
+
+
+async def route_room(route: RouteSpec) -> Room:
     state = deployment_state()
-    spare = 0
+    spare = taken = 0
     for deployment in route.chain:
         snapshot = await state.snapshot(deployment.name, deployment.limits)
         spare += deployment_spare(snapshot, deployment.limits.reserve)
-    return spare
+        taken += snapshot.in_flight + snapshot.waiting_interactive + snapshot.waiting_batch
+    return Room(spare, taken)
+
+
+def others_hold(room: Room, own: int) -> bool:
+    """Whether calls other than the runner's `own` lines on the route hold or wait for its
+    slots: only then can room appear that no line of the runner's ending tells it of."""
+    return room.taken > own

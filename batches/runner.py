@@ -1,6 +1,6 @@
 """The batch runner (`manage.py run_batches`): runs batch lines through the live request path.
 
-Every tick (a fifth of a second) it reads the active batches and handles each:
+At every tick it reads the active batches and handles each:
 
     validating         check the file (batches/validation.py): in_progress, or failed
     cancelling, past   abandon the lines it runs (their upstream calls are cancelled), then,
@@ -11,11 +11,19 @@ Every tick (a fifth of a second) it reads the active batches and handles each:
                        routing.request_path.proxy.serve (quotas, fallback policy, slot queues,
                        audit); every line done: write the files, completed
 
+A tick comes when something happened that it must see: a batch created or cancelled
+(services.batch_create and batch_cancel say so on the change channel, core/refresh.py,
+which the runner hears through Redis), a batch validated, the last answers of a batch
+written; and otherwise every second, for what no event tells (a window opening, an
+expiry, the leases of a runner that died, a message lost, no Redis).
+
 Between ticks, a line that ends (answered or preempted) wakes the runner to fill the room
 it freed, from the batches of the last tick (at most every 20 ms, and without reading the
-batches again), and so does every 20 ms while lines wait for a spare slot (room the
-gateway's calls free is not told to the runner): a deployment kept full costs one
-spare-slot look per wake and a claim only when there is room. A batch with nothing left to
+batches again), and so does every 20 ms while lines wait for a spare slot and calls other
+than the runner's own hold or wait for the route's slots (room they free is not told to
+the runner; room its own lines free is): a deployment kept full costs one spare-slot look
+per wake and a claim only when there is room, and one the runner alone keeps full costs
+no look between its lines' ends. A batch with nothing left to
 claim is not asked again until the next tick. Claims take many lines in one transaction
 (services.lines_claim, with their bodies in the same trip to a worker thread, and the
 answers of the lines that ended since the last write): up to 16 lines ahead of the spare
@@ -42,6 +50,7 @@ import json
 import logging
 import time
 import uuid
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -55,7 +64,7 @@ from accounts.authentication import Principal, principal_for_prefix
 from accounts.windows import parse_windows, window_open
 from batches import selectors, services
 from batches.models import Batch
-from batches.pacing import route_spare
+from batches.pacing import others_hold, route_room
 from batches.runner_db import RunnerDb
 from batches.selectors import ActiveBatch
 from batches.services import ClaimedLine, LineAnswer
@@ -63,14 +72,18 @@ from batches.validation import ENDPOINTS
 from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
 from core.outcomes import Outcome
+from core.refresh import on_change
 from routing.catalog.specs import catalog
+from routing.deployment_state import listen_for_changes
 from routing.observability.audit import CallLog, audit_writer, new_request_id
 from routing.request_path.payloads import load_body
 from routing.request_path.proxy import Inbound, serve
 
 log = logging.getLogger("sluice.batches")
 Status = Batch.Status
-TICK = 0.2  # seconds between reads of the batches: how fast a cancel or a window bites
+# Seconds between reads of the batches when no event asks for one sooner: how fast a window
+# or an expiry bites (and a cancel, without Redis to tell the runner of it).
+TICK = 1.0
 # A line that ends (answered or preempted) frees room: fill it at once, but not more
 # often than this.
 REFILL = 0.02
@@ -96,7 +109,7 @@ class _Running:
     waiting: bool = False  # refused by a limit, waiting for it to reset
 
 
-@dataclass
+@dataclass(eq=False)
 class Runner:
     max_in_flight: int = 64
     name: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:12]}")
@@ -120,6 +133,7 @@ class Runner:
     _answers: list[tuple[str, LineAnswer]] = field(default_factory=list)
     _released: list[tuple[str, int]] = field(default_factory=list)
     _unwritten: asyncio.Event = field(default_factory=asyncio.Event)
+    _poked: bool = False  # something happened that the next look must be a tick for
     _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Frequent database work: on the runner's own connection while it runs (run()); a tick
     # called alone (tests) gives its connections back after each call.
@@ -133,19 +147,23 @@ class Runner:
         stopping = asyncio.create_task(stop.wait())
         stopping.add_done_callback(lambda _: self._ended.set())
         audit_every, audit_writer.every = audit_writer.every, AUDIT_EVERY
+        _live.add(self)
+        listen_for_changes()  # with Redis: batches created or cancelled anywhere wake it
         next_tick = 0.0
         try:
             while not stop.is_set():
                 looked = time.monotonic()
                 self._ended.clear()
                 self._starved = False
-                if looked >= next_tick:
+                if looked >= next_tick or self._poked:
+                    self._poked = False
                     next_tick = looked + TICK
                     await self._tick_guarded()
                 else:
                     await self._fill()
                 await self._pause(stop, looked, next_tick)
         finally:
+            _live.discard(self)
             renewer.cancel()
             writer.cancel()
             stopping.cancel()
@@ -193,7 +211,8 @@ class Runner:
 
     async def _step(self, batch: ActiveBatch, now: datetime) -> None:
         if batch.status == Status.VALIDATING:
-            await db_write(services.batch_validate, batch_id=batch.id, runner=self.name)
+            if await db_write(services.batch_validate, batch_id=batch.id, runner=self.name):
+                self.poke()  # its lines may start at once
         elif batch.status != Status.IN_PROGRESS or now >= batch.expires_at:
             await self._abandon(lambda b, this=batch.id: b == this)
             await db_write(services.batch_finalize, batch_id=batch.id, runner=self.name)
@@ -235,12 +254,20 @@ class Runner:
         if times:
             log.info("batch %s: handled again after %d failed ticks", batch_id, times)
 
+    def poke(self) -> None:
+        """Make the next look a tick, now."""
+        self._poked = True
+        self._ended.set()
+
     async def _pause(self, stop: asyncio.Event, looked: float, next_tick: float) -> None:
-        """Until the next look: the tick, or a line ending (its slot may be spare now; a
-        whole tick of it left idle costs the batch throughput), whichever comes first.
-        `stop` sets `_ended` too (run()), so one event is waited on, with no task made."""
+        """Until the next look: the tick, a poke, or a line ending (its slot may be spare
+        now; a whole tick of it left idle costs the batch throughput), whichever comes
+        first. `stop` and `poke` set `_ended` too, so one event is waited on, with no task
+        made."""
+        if self._poked:
+            return
         until = min(next_tick, looked + SPARE_POLL) if self._starved else next_tick
-        wake = self._ended if self._open else stop  # nothing to fill: the tick
+        wake = self._ended
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(max(0.0, until - time.monotonic())):
                 await wake.wait()
@@ -250,6 +277,11 @@ class Runner:
     def _mine(self, batch_id: str) -> int:
         queued = sum(len(q) for (b, _), q in self._queued.items() if b == batch_id)
         return queued + sum(1 for r in self.lines.values() if r.batch_id == batch_id)
+
+    def _running(self, model: str) -> int:
+        """This runner's lines of `model` that hold or wait for a slot (not those waiting
+        out a limit's Retry-After)."""
+        return sum(1 for r in self.lines.values() if r.model == model and not r.waiting)
 
     def _held(self) -> list[int]:
         """The lines this runner holds a lease on: running and queued."""
@@ -271,9 +303,13 @@ class Runner:
             if not queue and key in self._drained:
                 continue
             route = routes.get(model)
-            spare = min(room, await route_spare(route) if route is not None else 1)
+            if route is None:
+                spare, others = min(room, 1), True
+            else:
+                free = await route_room(route)
+                spare, others = min(room, free.spare), others_hold(free, self._running(model))
             if spare <= 0:
-                self._starved = True
+                self._starved |= others
                 continue
             if len(queue) < spare and key not in self._drained:
                 # Claim ahead (up to PREFETCH), within the lines a runner may hold at once.
@@ -284,13 +320,15 @@ class Runner:
                     queue.extend(claimed)
                     if len(claimed) < want:  # none left to claim: not asked until the tick
                         self._drained.add(key)
-            for _ in range(min(spare, len(queue))):
+            starting = min(spare, len(queue))
+            for _ in range(starting):
                 line, raw = queue.popleft()
                 task = asyncio.create_task(self._run_line(batch, line, raw))
                 self.lines[line.id] = _Running(task, batch.id, model)
-                started += 1
-            if queue or key not in self._drained:
-                self._starved = True  # more to start once a slot is spare
+            started += starting
+            if (queue or key not in self._drained) and (others or starting < spare):
+                # More to start: soon, when others may free room, or room is left unfilled.
+                self._starved = True
         return started
 
     async def _claim(
@@ -391,6 +429,10 @@ class Runner:
                 self._put_back(answers, released)
                 raise
         _warn_lost(answers, lost)
+        # A batch with nothing left here may be done: finalized at a tick now, not the
+        # next one.
+        if any(not self._mine(b) for b, _ in answers):
+            self.poke()
 
     def _take_ended(self) -> tuple[list[tuple[str, LineAnswer]], list[tuple[str, int]]]:
         answers, released = self._answers, self._released
@@ -469,6 +511,18 @@ class Runner:
                     await self._db(services.lines_renew, ids=held, runner=self.name)
                 except Exception:
                     log.exception("renewing line leases failed; retrying")
+
+
+# The runners running in this process: a batch created or cancelled pokes each.
+_live: "weakref.WeakSet[Runner]" = weakref.WeakSet()
+
+
+def _batches_changed(selector: str | None) -> None:
+    for runner in list(_live):
+        runner.poke()
+
+
+on_change(services.BATCHES, _batches_changed)
 
 
 def _warn_lost(answers: list[tuple[str, LineAnswer]], lost: list[int]) -> None:

@@ -29,12 +29,16 @@ from batches.models import Batch, BatchFile, BatchLine
 from batches.storage import batch_storage, new_batch_id, new_file_id, storage_name
 from batches.validation import ENDPOINTS, check_lines, read_lines
 from core.errors import GatewayError, bad_request
+from core.refresh import invalidate
 from routing.models import Route
 
 _WINDOW = re.compile(r"(\d+)([smh])")
 _UNIT = {"s": 1, "m": 60, "h": 3600}
 MAX_WINDOW = timedelta(hours=24)
 Status = Batch.Status
+# The change said on core/refresh.py's channel when a batch is created or cancelled: the
+# runners hear it and look at the batches at once (batches/runner.py).
+BATCHES = "batches"
 
 
 def completion_seconds(window: Any) -> int:
@@ -217,7 +221,7 @@ def batch_create(
             f"File {input_file_id} was not uploaded with purpose 'batch'.", param="input_file_id"
         )
     now = timezone.now()
-    return Batch.objects.create(
+    batch = Batch.objects.create(
         id=new_batch_id(),
         application_id=principal.application_id,
         member_id=principal.member_id,
@@ -231,6 +235,8 @@ def batch_create(
         created_at=now,
         expires_at=now + timedelta(seconds=seconds),
     )
+    invalidate(BATCHES)
+    return batch
 
 
 def batch_cancel(*, batch: Batch, actor: Actor | None = None) -> Batch:
@@ -245,6 +251,8 @@ def batch_cancel(*, batch: Batch, actor: Actor | None = None) -> Batch:
         moved = Batch.objects.filter(
             pk=batch.pk, status__in=(Status.VALIDATING, Status.IN_PROGRESS)
         ).update(status=Status.CANCELLING, cancelling_at=now)
+        if moved:
+            invalidate(BATCHES)
         if moved and actor is not None:
             admin_action_record(
                 actor=actor,
