@@ -1,5 +1,4 @@
-"""uvicorn's httptools protocol with a deadline for request headers, and an answer's head
-written with the first piece of its body.
+"""uvicorn's httptools protocol with a deadline for request headers.
 
 uvicorn closes a connection idle *between* requests (`--timeout-keep-alive`), but not one
 that connects and says nothing, nor one that trickles its headers a byte at a time: each
@@ -7,10 +6,6 @@ holds a socket and a little memory for ever. This protocol gives every request
 `SLUICE_HEADER_TIMEOUT` seconds (10) from its first byte (or from the connection's opening)
 to finish its headers; past that it answers 408 and closes. The body has its own bound in
 the proxy (`SLUICE_BODY_SECONDS`).
-
-uvicorn writes an answer's head as soon as the application starts it, and the body with the
-next message: two system calls, each on loopback also running the receiver's side of TCP,
-where one does (`_HeadWithBody`).
 
 Production: `uvicorn config.asgi:application --http config.http_protocol:SluiceHttpProtocol
 --timeout-keep-alive 75 …` (docs/operations.md).
@@ -68,8 +63,6 @@ class SluiceHttpProtocol(HttpToolsProtocol):
         self._headers_due = None  # the timer, if set, finds nothing due and stops
         self._began = False
         super().on_headers_complete()
-        if self.cycle is not None:
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._headers_due = None
@@ -99,38 +92,3 @@ class SluiceHttpProtocol(HttpToolsProtocol):
         if self._began:
             self.transport.write(_TIMED_OUT)
         self.transport.close()
-
-
-class _HeadWithBody:
-    """The transport as one answer's cycle sees it. Its first write, the head, is held
-    until the next (the body's first piece: both go in one system call) or the end of the
-    event loop's turn, whichever comes first; closing writes a held head first."""
-
-    __slots__ = ("_head", "_loop", "_transport", "_written")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport, self._loop = transport, loop
-        self._head: bytes | None = None
-        self._written = False  # the head went out: writes pass straight through
-
-    def write(self, data: bytes) -> None:
-        if self._written:
-            self._transport.write(data)
-        elif self._head is None:
-            self._head = data
-            self._loop.call_soon(self._flush)
-        else:
-            self._transport.writelines((self._head, data))
-            self._head, self._written = None, True
-
-    def _flush(self) -> None:
-        if self._head is not None:
-            head, self._head, self._written = self._head, None, True
-            self._transport.write(head)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._transport, name)
