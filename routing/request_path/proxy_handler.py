@@ -94,13 +94,13 @@ class ProxyRequest(HttpRequest):
         self._read_started = True
 
 
-@functools.lru_cache(maxsize=256)
 def _head(response: HttpResponseBase) -> dict[str, Any]:
     """The answer's status and headers as an ASGI message (the proxy sets no cookies)."""
     headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in response.items()]
     return {"type": "http.response.start", "status": response.status_code, "headers": headers}
 
 
+@functools.lru_cache(maxsize=256)
 def _resolve(path: str) -> ResolverMatch:
     """The proxy's few paths, resolved once each rather than on every request."""
     return get_resolver().resolve(path)

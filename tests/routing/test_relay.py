@@ -2,6 +2,8 @@
 event stream is sent one ASGI message an event."""
 
 import asyncio
+import gc
+import weakref
 from decimal import Decimal
 
 import pytest
@@ -156,3 +158,7 @@ async def test_an_event_stream_is_sent_one_message_an_event_then_its_end():
         (None, False),
     ]
     assert events.closed == 1
+    sent_answer = weakref.ref(response)
+    del response
+    gc.collect()
+    assert sent_answer() is None  # nothing on the way out keeps an answer (and its call)
