@@ -215,6 +215,19 @@ class BodyStream:
             self._decoder = zlib.decompressobj()
 
     async def readany(self) -> bytes:
+        while True:
+            data = await self._take()
+            if not data or self._decoder is None:
+                return data
+            try:
+                data = self._decoder.decompress(data)
+            except zlib.error as exc:
+                raise aiohttp.ClientPayloadError(f"cannot decode the stream: {exc}") from None
+            if data:  # else only part of a compressed block came: wait for the rest
+                return data
+
+    async def _take(self) -> bytes:
+        """What arrived since the last take, as it came; b"" at the end."""
         while not self._chunks:
             if self._error is not None:
                 raise self._error
@@ -226,16 +239,10 @@ class BodyStream:
             finally:
                 self._waiter = None
         chunks, self._chunks = self._chunks, []
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if self._size > BUFFER_LIMIT and not self._conn.closed:
             self._conn.transport.resume_reading()  # type: ignore[union-attr]
         self._size = 0
-        if self._decoder is not None:
-            try:
-                data = self._decoder.decompress(data)
-            except zlib.error as exc:
-                raise aiohttp.ClientPayloadError(f"cannot decode the stream: {exc}") from None
-        return data
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         while data := await self.readany():

@@ -366,8 +366,10 @@ async def test_a_gzipped_stream_is_decoded(scripted):
     events = gzip.compress(b"data: 1\n\ndata: [DONE]\n\n")
 
     async def gzipped(reader, writer):
-        writer.write(STREAM_HEAD + b"content-encoding: gzip\r\n\r\n")
-        writer.write(_chunk(events[:10]) + _chunk(events[10:]) + _chunk(b""))
+        writer.write(STREAM_HEAD + b"content-encoding: gzip\r\n\r\n" + _chunk(events[:10]))
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the gzip header alone first: nothing to hand over yet
+        writer.write(_chunk(events[10:]) + _chunk(b""))
 
     response = await _stream(await scripted(gzipped))
     received = b""
