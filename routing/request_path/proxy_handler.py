@@ -151,6 +151,9 @@ class ProxyHandler(ASGIHandler):
                 # (the proxy holds none there). A stream never started settles here.
                 for closer in response._resource_closers:
                     closer()
+                # And what Django's handler does: an upload's temporary file is closed (and
+                # removed) now, quietly when the storage moved it, not at collection time.
+                request.close()
 
         # Like Django's handler, a client that disconnects cancels the view. Unlike it, the
         # view runs in this task (one task a call, not two) and the watcher returns rather

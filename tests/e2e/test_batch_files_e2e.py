@@ -11,7 +11,7 @@ import openai
 import pytest
 from django.utils import timezone
 
-from tests.support import GatewayHandle, start_gateway
+from tests.support import GatewayHandle, start_gateway, wait_until
 from tests.support.batches import chat_lines, jsonl
 
 MAX_FILES = 3
@@ -118,3 +118,41 @@ def test_an_application_keeps_at_most_its_quota_of_bytes(
         _upload(client, 10)
     assert refused.value.body["code"] == "file_quota_exceeded"
     assert f"limit of {MAX_BYTES}" in refused.value.body["message"]
+
+
+def test_a_large_upload_leaves_no_temporary_file_and_no_traceback(
+    e2e_database: str, batch_apps: dict[str, str], issue_key: Callable[..., Any], tmp_path: Path
+) -> None:
+    """An upload larger than Django keeps in memory goes through a temporary file: stored
+    (the storage moves the file) or refused (over the application's share), the file is
+    gone once the answer is sent, and the worker's log holds no traceback for it."""
+    from accounts.models import Application
+    from batches.models import BatchFile
+
+    BatchFile.objects.filter(application=Application.objects.get(slug="batchapp")).delete()
+    big = jsonl(chat_lines(30_000))  # ~3.5 MB: over FILE_UPLOAD_MAX_MEMORY_SIZE (2.5 MB)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {
+        "TMPDIR": str(temporary),
+        "SLUICE_BATCH_FILES_DIR": str(tmp_path / "files"),
+        "SLUICE_BATCH_APP_MAX_BYTES": str(len(big) + 1000),  # room for one of them
+    }
+    key = issue_key(application="batchapp")
+    with (tmp_path / "gateway.log").open("w+b") as log:
+        runs = start_gateway(e2e_database, extra_env=env, stderr=log)
+        gateway = next(runs)
+        try:
+            client = openai.OpenAI(
+                base_url=f"{gateway.url}/v1", api_key=key.plaintext, max_retries=0
+            )
+            stored = client.files.create(file=("big.jsonl", big), purpose="batch")
+            assert stored.bytes == len(big)
+            with pytest.raises(openai.BadRequestError):  # the second is over the share
+                client.files.create(file=("big.jsonl", big), purpose="batch")
+            wait_until(lambda: not list(temporary.iterdir()), timeout=5)  # closed after sending
+        finally:
+            next(runs, None)  # stops the gateway
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    assert "Traceback" not in output and "Exception ignored" not in output, output[-2000:]
