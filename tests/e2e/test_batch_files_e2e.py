@@ -148,8 +148,9 @@ def test_a_large_upload_leaves_no_temporary_file_and_no_traceback(
             )
             stored = client.files.create(file=("big.jsonl", big), purpose="batch")
             assert stored.bytes == len(big)
-            with pytest.raises(openai.BadRequestError):  # the second is over the share
+            with pytest.raises(openai.BadRequestError) as refused:  # over the share
                 client.files.create(file=("big.jsonl", big), purpose="batch")
+            assert refused.value.body["code"] == "file_quota_exceeded"
             wait_until(lambda: not list(temporary.iterdir()), timeout=5)  # closed after sending
         finally:
             next(runs, None)  # stops the gateway
