@@ -447,7 +447,6 @@ class AuditWriter:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-audit")
         self._task: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[None] | None = None  # the write under way, if any
-        self._failed = False  # the last write failed (the database is away)
         self.unauthenticated = RefusalSampler()
         self._spool: Spool | None = None
         self._sealed: list[Path] = []  # spool files whose calls are all pending
@@ -541,12 +540,10 @@ class AuditWriter:
                 log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
                 self._pending[:0] = unwritten.calls
                 self._sealed[:0] = segments
-                self._failed = True
                 return False
             except Exception:  # a bug in the writer itself: never retry the same batch forever
                 log.exception("audit write failed; %d calls dropped", len(batch))
         Spool.discard(segments)
-        self._failed = False
         return True
 
     async def flush(self) -> None:
@@ -556,12 +553,14 @@ class AuditWriter:
         writing = self._writing
         if writing is not None and writing.get_loop() is asyncio.get_running_loop():
             await asyncio.wait([writing])
-            if self._leave_to_spool():
+            failed = not writing.cancelled() and isinstance(writing.exception(), Unwritten)
+            if failed and self._leave_to_spool():
                 return
         for _ in range(5):
-            if await self._flush_once() and not self._pending:
+            written = await self._flush_once()
+            if written and not self._pending:
                 return
-            if self._leave_to_spool():
+            if not written and self._leave_to_spool():
                 return
             await asyncio.sleep(0.2)
 
@@ -569,7 +568,7 @@ class AuditWriter:
         """After a write that failed: whether the calls can be left to the spool (the next
         worker of this host writes them). Trying again would hold a stopping worker past its
         supervisor's patience: each try waits out the pool's timeout."""
-        if not self._pending or self._spool is None or not self._failed:
+        if not self._pending or self._spool is None:
             return False
         log.warning(
             "database away at shutdown: %d calls stay in the spool for the next worker of "
