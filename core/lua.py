@@ -2,15 +2,15 @@
 
 A script is its files joined (a shared prelude first, say) under a header that defines
 the caller's constants (`local NAME = value`), so the numbers the Lua uses come from the
-same Python table as the rules written in Python. Scripts are registered once per client
-(redis-py sends EVALSHA and loads a script again if the server lost it)."""
+same Python table as the rules written in Python. They run over this event loop's lean
+connection to Redis (core/redis_wire.py: EVALSHA, and EVAL where the server lost it)."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-import redis.asyncio as redis
-from redis.commands.core import AsyncScript
+from core.redis_wire import Arg, Script, script_wire
 
 _NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 
@@ -35,16 +35,15 @@ def lua_source(
 
 
 class Scripts:
-    """Named scripts, registered on each client they run on (a client per event loop)."""
+    """Named scripts, run on the Redis of a URL."""
 
     def __init__(self, sources: Mapping[str, str]) -> None:
         self.sources = dict(sources)
-        self._registered: dict[int, dict[str, AsyncScript]] = {}
+        self._scripts = {name: Script(source) for name, source in self.sources.items()}
 
-    def on(self, client: redis.Redis) -> dict[str, AsyncScript]:
-        scripts = self._registered.get(id(client))
-        if scripts is None:
-            scripts = self._registered[id(client)] = {
-                name: client.register_script(source) for name, source in self.sources.items()
-            }
-        return scripts
+    async def run(
+        self, url: str, name: str, *, keys: Sequence[Arg] = (), args: Sequence[Arg] = ()
+    ) -> Any:
+        """The script's reply; redis-py's exceptions (RedisError) when Redis refuses or is
+        away."""
+        return await script_wire(url).run(self._scripts[name], keys, args)

@@ -99,8 +99,7 @@ class RedisQuotaCounters:
         args += [self.ledger, now + lease.lease, self.workers_key, self.worker]
         args.append(now - LIVE_WITHIN)
         try:
-            reserve = SCRIPTS.on(self._client())["reserve"]
-            result = await reserve(keys=[c.key for c in checks], args=args)
+            result = await SCRIPTS.run(self.url, "reserve", keys=[c.key for c in checks], args=args)
         except (RedisError, OSError) as exc:
             POLICY.failed(exc)
             return await self._reserve_alone(checks, slot, now)
@@ -135,13 +134,14 @@ class RedisQuotaCounters:
         own counters afresh for the next time."""
         owed, self._owed = self._owed, Owed()
         self._fallback = LocalQuotaCounters()
-        settle = SCRIPTS.on(self._client())["settle"]
         batches: list[tuple[list[tuple[str, float]], str, list[float] | None]] = list(owed.settles)
         if owed.amounts:
             batches.append((list(owed.amounts.items()), "", None))
         try:
             for deltas, slot, reserved in batches:
-                await settle(
+                await SCRIPTS.run(
+                    self.url,
+                    "settle",
                     keys=[k for k, _ in deltas],
                     args=[
                         len(deltas),
@@ -160,12 +160,11 @@ class RedisQuotaCounters:
         until they run out. Run by a worker as it starts; a host that never comes back has
         its reservations taken back when their leases end. Answers how many."""
         try:
-            scripts = SCRIPTS.on(self._client())
-            workers = await scripts["pending_workers"](args=[self.ledger])
+            workers = await SCRIPTS.run(self.url, "pending_workers", args=[self.ledger])
             ended = [name for name in map(_text, workers) if gone(name)]
             if not ended:
                 return 0
-            taken = await scripts["take_back"](args=[self.ledger, *ended])
+            taken = await SCRIPTS.run(self.url, "take_back", args=[self.ledger, *ended])
         except (RedisError, OSError) as exc:
             POLICY.failed(exc, refuse=False)  # their leases still run out
             return 0
@@ -190,8 +189,9 @@ class RedisQuotaCounters:
             return
         ledger = self.ledger if reserved is not None else ""
         try:
-            settle = SCRIPTS.on(self._client())["settle"]
-            await settle(
+            await SCRIPTS.run(
+                self.url,
+                "settle",
                 keys=[k for k, _ in deltas] + lease_keys,
                 args=[
                     len(deltas),

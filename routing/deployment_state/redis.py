@@ -92,12 +92,19 @@ class RedisDeploymentState:
         # Slots Redis granted to this worker, not yet released: when waiters move to the
         # fallback, it counts them as taken (the streams holding them are still running).
         self._held_here: dict[str, set[str]] = {}
+        self._key_lists: dict[str, list[str]] = {}  # each deployment's, made once
 
     def _base(self, name: str) -> str:
         # The hash tag keeps a deployment's keys on one Redis Cluster slot.
         return f"{self.prefix}:dep:{{{name}}}"
 
     def _keys(self, name: str) -> list[str]:
+        keys = self._key_lists.get(name)
+        if keys is None:
+            keys = self._key_lists[name] = self._make_keys(name)
+        return keys
+
+    def _make_keys(self, name: str) -> list[str]:
         base = self._base(name)
         parts = (
             "state",
@@ -122,9 +129,10 @@ class RedisDeploymentState:
         return redis_client(self.url)
 
     async def _run(self, script: str, name: str, limits: Limits, now: float, *args: Any) -> Any:
-        client = self._client()
         try:
-            result = await SCRIPTS.on(client)[script](
+            result = await SCRIPTS.run(
+                self.url,
+                script,
                 keys=self._keys(name),
                 args=[
                     now,

@@ -358,8 +358,10 @@ def test_redis_backend_serves_two_live_event_loops(key):
         assert first.run_until_complete(backend.reserve([window(k, 10, 1)], slot())).values == [3]
     finally:
         from core.redis_client import _clients
+        from core.redis_wire import close_script_wires
 
         for loop in (first, second):
+            close_script_wires(loop)
             client = _clients.pop((url, loop), None)
             if client is not None:
                 loop.run_until_complete(client.aclose())
