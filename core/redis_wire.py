@@ -51,22 +51,49 @@ class Script:
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
 
+# The RESP form of the strings sent again and again (keys, channels, script hashes): a
+# call's command is mostly these, and encoding them anew is most of its cost.
+_CHUNKS: dict[str, bytes] = {}
+_CHUNKS_MAX = 4096
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
 def encode(parts: Sequence[Arg]) -> bytes:
     """One command in RESP, numbers as redis-py writes them."""
     out = [b"*%d\r\n" % len(parts)]
     for part in parts:
-        if isinstance(part, bytes):
-            data = part
-        elif isinstance(part, str):
-            data = part.encode()
-        elif isinstance(part, int) and not isinstance(part, bool):
-            data = b"%d" % part
-        elif isinstance(part, float):
-            data = repr(part).encode()
+        kind = type(part)  # the exact types first: isinstance is slower, and rarely needed
+        if kind is str:
+            text = cast(str, part)
+            chunk = _CHUNKS.get(text)
+            if chunk is None:
+                chunk = _chunk(text.encode())
+                if len(_CHUNKS) >= _CHUNKS_MAX:
+                    _CHUNKS.clear()  # slot ids are new each call: start over now and then
+                _CHUNKS[text] = chunk
+        elif kind is float:
+            chunk = _chunk(repr(part).encode())
+        elif kind is int:
+            chunk = _chunk(b"%d" % cast(int, part))
         else:
-            raise DataError(f"cannot send {type(part).__name__} to Redis")
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+            chunk = _chunk(_other(part))
+        out.append(chunk)
     return b"".join(out)
+
+
+def _other(part: object) -> bytes:
+    if isinstance(part, bytes):
+        return part
+    if isinstance(part, str):
+        return part.encode()
+    if isinstance(part, int) and not isinstance(part, bool):
+        return b"%d" % part
+    if isinstance(part, float):
+        return repr(part).encode()
+    raise DataError(f"cannot send {type(part).__name__} to Redis")
 
 
 def parse(buffer: bytearray, pos: int) -> tuple[Any, int]:
@@ -118,9 +145,13 @@ class _Wire(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiting: deque[asyncio.Future[Any]] = deque()
+        # Each call's future and when its answer is overdue (loop time), oldest first.
+        self.waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self.buffer = bytearray()
         self.closed = False
+        # One timer watches the oldest call, not one per call: a call's own timer costs
+        # more than the rest of it.
+        self._watch: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -136,7 +167,7 @@ class _Wire(asyncio.Protocol):
                 return
             if reply is _INCOMPLETE:
                 break
-            future = self.waiting.popleft()
+            future, _ = self.waiting.popleft()
             if not future.done():  # its caller may have stopped waiting (cancelled)
                 future.set_result(reply)
         del self.buffer[:pos]
@@ -145,17 +176,37 @@ class _Wire(asyncio.Protocol):
         self.close(RedisConnectionError(f"Redis closed the connection: {exc or 'EOF'}"))
 
     def send(self, command: bytes) -> asyncio.Future[Any]:
+        """The future of the command's reply: an error reply is its result, not raised; a
+        connection lost or a reply overdue by SOCKET_TIMEOUT is raised."""
         if self.closed or self.transport is None:
             raise RedisConnectionError("the connection to Redis is closed")
-        future = asyncio.get_running_loop().create_future()
-        self.waiting.append(future)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.waiting.append((future, loop.time() + SOCKET_TIMEOUT))
         self.transport.write(command)
+        if self._watch is None:
+            self._watch = loop.call_later(SOCKET_TIMEOUT, self._overdue)
         return future
+
+    def _overdue(self) -> None:
+        """Close the connection if its oldest call is overdue, or look again when it will be."""
+        self._watch = None
+        if not self.waiting or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        due = self.waiting[0][1]
+        if loop.time() >= due:
+            self.close(RedisTimeoutError(f"Redis did not answer within {SOCKET_TIMEOUT} s"))
+        else:
+            self._watch = loop.call_at(due, self._overdue)
 
     def close(self, why: RedisError) -> None:
         self.closed = True
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         while self.waiting:
-            future = self.waiting.popleft()
+            future, _ = self.waiting.popleft()
             if not future.done():
                 future.set_exception(why)
         if self.transport is not None:
@@ -188,13 +239,7 @@ class ScriptWire:
         wire = self._wire
         if wire is None or wire.closed:
             wire = await self._connect()
-        future = wire.send(command)
-        try:
-            async with asyncio.timeout(SOCKET_TIMEOUT):
-                reply = await future
-        except TimeoutError:
-            wire.close(RedisTimeoutError("Redis did not answer in time"))
-            raise RedisTimeoutError(f"Redis did not answer within {SOCKET_TIMEOUT} s") from None
+        reply = await wire.send(command)
         if isinstance(reply, ReadOnlyError):  # a primary demoted: ask the sentinels again
             wire.close(RedisConnectionError("Redis is a replica now"))
         return reply

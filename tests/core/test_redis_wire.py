@@ -27,7 +27,8 @@ ECHO = Script("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) * 2, redis.call('EXIS
 
 def test_a_command_is_written_byte_for_byte_as_redis_py_writes_it():
     parts = ["EVALSHA", "ab" * 20, 2, "k:{dep}:é", b"\x00raw", 1.5, 0.1, 10**12, -3, ""]
-    assert encode(parts) == b"".join(Connection().pack_command(*parts))
+    for _ in range(2):  # the second time from the cache of strings sent before
+        assert encode(parts) == b"".join(Connection().pack_command(*parts))
 
 
 def test_a_value_redis_cannot_take_is_refused_before_it_is_written():
