@@ -46,7 +46,6 @@ reached an upstream already, so it can reach one twice; its answer is written on
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -69,6 +68,7 @@ from batches.runner_db import RunnerDb
 from batches.selectors import ActiveBatch
 from batches.services import ClaimedLine, LineAnswer
 from batches.validation import ENDPOINTS
+from core import fast_json
 from core.db import db_read, db_write
 from core.errors import GatewayError, error_body, json_object
 from core.outcomes import Outcome
@@ -376,7 +376,7 @@ class Runner:
                 return
             request_id, status, content = answer
             result = _output_line(batch.id, line, request_id, status, content)
-            text = json.dumps(result, separators=(",", ":"))
+            text = fast_json.dumps(result).decode()
             self._answers.append((batch.id, LineAnswer(line.id, text, status != 200)))
             self._unwritten.set()
         except asyncio.CancelledError:
@@ -583,7 +583,7 @@ def _line_body(raw: bytes) -> bytes | None:
         body = load_body(raw).get("body")
     except GatewayError:
         return None
-    return json.dumps(body).encode() if isinstance(body, dict) else None
+    return fast_json.dumps(body) if isinstance(body, dict) else None
 
 
 def _unreadable(number: int) -> bytes:
