@@ -222,7 +222,7 @@ class ScriptWire:
         )
         self._sentinel: AsyncSentinel | None = None
         self._wire: _Wire | None = None
-        self._connecting = asyncio.Lock()
+        self._attempt: asyncio.Future[_Wire] | None = None  # connecting now
 
     async def run(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """The script's reply; redis-py's exceptions for a refusal or a lost Redis."""
@@ -245,19 +245,31 @@ class ScriptWire:
         return reply
 
     async def _connect(self) -> _Wire:
-        async with self._connecting:
-            if self._wire is not None and not self._wire.closed:
-                return self._wire  # another call connected meanwhile
-            try:
-                async with asyncio.timeout(SOCKET_TIMEOUT):
-                    wire = await self._open()
-                    await self._hello(wire)
-            except TimeoutError:
+        """The connection, opened by one attempt that the calls arriving meanwhile share: a
+        Redis that does not answer costs them one SOCKET_TIMEOUT together, not one each."""
+        if self._attempt is None:
+            self._attempt = asyncio.ensure_future(self._open_and_greet())
+            self._attempt.add_done_callback(_observed)
+        return await asyncio.shield(self._attempt)
+
+    async def _open_and_greet(self) -> _Wire:
+        wire = None
+        try:
+            async with asyncio.timeout(SOCKET_TIMEOUT):
+                wire = await self._open()
+                await self._hello(wire)
+        except (TimeoutError, OSError, RedisError) as exc:
+            if wire is not None:
+                wire.close(RedisConnectionError("the connection's setup failed"))
+            if isinstance(exc, TimeoutError):
                 raise RedisTimeoutError("connecting to Redis timed out") from None
-            except OSError as exc:
+            if isinstance(exc, OSError):
                 raise RedisConnectionError(f"cannot connect to Redis: {exc}") from None
-            self._wire = wire
-            return wire
+            raise
+        finally:
+            self._attempt = None
+        self._wire = wire
+        return wire
 
     async def _open(self) -> _Wire:
         loop = asyncio.get_running_loop()
@@ -292,13 +304,18 @@ class ScriptWire:
         for future in sent:
             reply = await future
             if isinstance(reply, RedisError):
-                wire.close(RedisConnectionError("Redis refused the connection's setup"))
                 raise reply
 
     def close(self) -> None:
         if self._wire is not None:
             self._wire.close(RedisConnectionError("closed"))
             self._wire = None
+
+
+def _observed(attempt: "asyncio.Future[_Wire]") -> None:
+    """A failed attempt whose callers all stopped waiting is not logged as unretrieved."""
+    if not attempt.cancelled():
+        attempt.exception()
 
 
 def _tls(options: dict[str, Any]) -> ssl.SSLContext:

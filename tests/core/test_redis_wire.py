@@ -4,10 +4,12 @@ Redis it matches concurrent calls to their own replies, loads a script the serve
 logs in, and gives up on a server that does not answer."""
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 
@@ -184,3 +186,41 @@ def test_on_uvloop_as_the_gateway_runs_it(url):
     finally:
         loop.close()
     assert [r[2] for r in replies] == [i * 2 for i in range(50)]
+
+
+@pytest.fixture
+def counting_silent_server():
+    """A TCP server that accepts (counting the connections) and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+async def test_calls_that_arrive_while_it_connects_share_the_one_attempt(
+    counting_silent_server, monkeypatch
+):
+    port, accepted = counting_silent_server
+    monkeypatch.setattr(redis_wire, "SOCKET_TIMEOUT", 0.3)
+    wire = ScriptWire(f"redis://:pw@127.0.0.1:{port}/0")  # its AUTH is never answered
+    results = await asyncio.gather(
+        *(wire.run(ECHO, ["k"], ["a", i]) for i in range(20)), return_exceptions=True
+    )
+    assert all(isinstance(r, RedisTimeoutError) for r in results), results
+    assert len(accepted) == 1  # one attempt for all twenty, not one each in turn
+    assert wire._attempt is None  # the next call tries again
+    with pytest.raises(RedisTimeoutError):
+        await wire.run(ECHO, ["k"], ["a", 1])
+    assert len(accepted) == 2
