@@ -1,9 +1,10 @@
 """One lean, pipelined Redis connection per URL and event loop, for the Lua scripts every
 call runs (quota reserve and settle, slot acquire and release).
 
-Through redis-py a script call costs about 0.25 ms of CPU (its connection pool, encoders,
+Through redis-py a script call costs 0.2 to 0.35 ms of CPU (its connection pool, encoders,
 stream reader and reply parser), as much as the rest of a call; written and read here in
-RESP directly it costs a fifth of that. Everything else (pub/sub, pipelines, reads for
+RESP directly it costs a third of that one at a time and a sixth with several in flight
+(bench/redis_scripts.py). Everything else (pub/sub, pipelines, reads for
 pages) stays on redis-py (core/redis_client.py), and the errors raised here are redis-py's,
 so callers catch one family.
 
@@ -214,6 +215,9 @@ class _Wire(asyncio.Protocol):
 
 
 class ScriptWire:
+    """The scripts' connection to one Redis, connected at the first call and again after
+    one is lost."""
+
     def __init__(self, url: str) -> None:
         self.url = url
         self._target = sentinel_target(url)
