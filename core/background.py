@@ -21,6 +21,13 @@ def _done(task: asyncio.Task[Any]) -> None:
         log.error("background task failed", exc_info=task.exception())
 
 
+def observed(future: "asyncio.Future[Any]") -> None:
+    """A done callback for a future whose failure its awaiters see, or nobody needs to: its
+    exception is marked retrieved, so asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
 async def settle_background(within: float) -> None:
     """Wait, up to `within` seconds, for the work spawned so far (a process about to exit:
     a slot's release must reach the shared state rather than wait for its lease to end)."""

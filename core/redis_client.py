@@ -6,8 +6,8 @@ a primary watched by Redis Sentinel:
 `redis+sentinel://[[user]:password@]host1:26379,host2:26379/<master name>/<db>` (the
 password is the primary's; `?sentinel_password=…` for sentinels that ask for one). With
 Sentinel every connection asks the sentinels where the primary is, so after a failover
-the next command reaches the new one; redis-py loads a Lua script again where the new
-primary answers NOSCRIPT, and the pub/sub listeners resubscribe on it.
+the next command reaches the new one, and the pub/sub listeners resubscribe on it. The Lua
+scripts of every call do not use these clients: core/redis_wire.py.
 """
 
 import asyncio

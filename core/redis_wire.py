@@ -38,6 +38,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
+from core.background import observed
 from core.redis_client import SOCKET_TIMEOUT, sentinel_target
 
 Arg = bytes | str | int | float
@@ -66,34 +67,28 @@ def encode(parts: Sequence[Arg]) -> bytes:
     """One command in RESP, numbers as redis-py writes them."""
     out = [b"*%d\r\n" % len(parts)]
     for part in parts:
-        kind = type(part)  # the exact types first: isinstance is slower, and rarely needed
-        if kind is str:
-            text: str = part  # type: ignore[assignment]  # (a call to cast costs here)
-            chunk = _CHUNKS.get(text)
+        if type(part) is str:  # most parts: keys and names sent with every call
+            chunk = _CHUNKS.get(part)
             if chunk is None:
-                chunk = _chunk(text.encode())
+                chunk = _chunk(part.encode())
                 if len(_CHUNKS) >= _CHUNKS_MAX:
                     _CHUNKS.clear()  # slot ids are new each call: start over now and then
-                _CHUNKS[text] = chunk
-        elif kind is float:
-            chunk = _chunk(repr(part).encode())
-        elif kind is int:
-            chunk = _chunk(b"%d" % part)  # type: ignore[str-format]
+                _CHUNKS[part] = chunk
         else:
-            chunk = _chunk(_other(part))
+            chunk = _chunk(_bytes(part))
         out.append(chunk)
     return b"".join(out)
 
 
-def _other(part: object) -> bytes:
+def _bytes(part: object) -> bytes:
+    if isinstance(part, float):
+        return repr(part).encode()
+    if isinstance(part, int) and not isinstance(part, bool):
+        return b"%d" % part
     if isinstance(part, bytes):
         return part
     if isinstance(part, str):
         return part.encode()
-    if isinstance(part, int) and not isinstance(part, bool):
-        return b"%d" % part
-    if isinstance(part, float):
-        return repr(part).encode()
     raise DataError(f"cannot send {type(part).__name__} to Redis")
 
 
@@ -253,7 +248,7 @@ class ScriptWire:
         Redis that does not answer costs them one SOCKET_TIMEOUT together, not one each."""
         if self._attempt is None:
             self._attempt = asyncio.ensure_future(self._open_and_greet())
-            self._attempt.add_done_callback(_observed)
+            self._attempt.add_done_callback(observed)  # its callers may all have left
         return await asyncio.shield(self._attempt)
 
     async def _open_and_greet(self) -> _Wire:
@@ -314,12 +309,6 @@ class ScriptWire:
         if self._wire is not None:
             self._wire.close(RedisConnectionError("closed"))
             self._wire = None
-
-
-def _observed(attempt: "asyncio.Future[_Wire]") -> None:
-    """A failed attempt whose callers all stopped waiting is not logged as unretrieved."""
-    if not attempt.cancelled():
-        attempt.exception()
 
 
 def _tls(options: dict[str, Any]) -> ssl.SSLContext:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
+from core.background import observed
 from core.errors import database_unavailable
 
 log = logging.getLogger("sluice")
@@ -89,7 +90,7 @@ class RefreshingCache(Generic[V]):
         task = self._loading.get(key)
         if task is None or task.get_loop() is not asyncio.get_running_loop():
             task = asyncio.ensure_future(self._reload(key, load, self._generation))
-            task.add_done_callback(_observed)
+            task.add_done_callback(observed)  # its failure is logged in it
             self._loading[key] = task
             self._begun[key] = time.monotonic()
         if hit is not None and age < ttl:
@@ -164,12 +165,6 @@ class RefreshingCache(Generic[V]):
         self._loading.clear()  # a load begun before the change is not kept either
         self._begun.clear()
         self._generation += 1
-
-
-def _observed(task: "asyncio.Task[Any]") -> None:
-    """A background reload's failure is logged in it; nobody else may ask for it."""
-    if not task.cancelled():
-        task.exception()
 
 
 def on_change(name: str, hook: Callable[[str | None], None]) -> None:
