@@ -85,7 +85,12 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: object) -> None:
         from django.utils import timezone
 
-        queryset.filter(revoked_at=None).update(revoked_at=timezone.now())  # type: ignore[attr-defined]
+        from core.refresh import KEYS, invalidate
+
+        live = queryset.filter(revoked_at=None)  # type: ignore[attr-defined]
+        prefixes = list(live.values_list("prefix", flat=True))
+        live.update(revoked_at=timezone.now())  # no save signal: tell the workers here
+        invalidate(*(f"{KEYS}:prefix={prefix}" for prefix in prefixes))
 
 
 @admin.register(AdminAction)

@@ -198,6 +198,10 @@ SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 
 # or editing a route takes effect on every worker within this many seconds.
 SLUICE_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_KEY_CACHE_SECONDS", 2))
 SLUICE_CATALOG_CACHE_SECONDS = float(os.environ.get("SLUICE_CATALOG_CACHE_SECONDS", 2))
+# With Redis, while a worker's listener proves it has heard every change up to within the
+# times above, it keeps those values this long instead (core/refresh.py): changes still
+# reach it at once; this only bounds a change made behind Sluice's back. 0: off.
+SLUICE_CACHE_TRUSTED_SECONDS = float(os.environ.get("SLUICE_CACHE_TRUSTED_SECONDS", 30))
 # How long a call waits on the database for something it needs and no worker has cached
 # (a key seen for the first time): past it, 503 with Retry-After.
 SLUICE_DB_REQUEST_SECONDS = float(os.environ.get("SLUICE_DB_REQUEST_SECONDS", 2))

@@ -15,6 +15,13 @@ what it touches at once, outage or not, and a dropped value is never served stal
 A change (a revoked key, a drain, a limit, a config file applied) drops the values it
 touches: `invalidate` clears them in this process and, with Redis, tells every worker on
 one channel (routing/deployment_state/grant_listener.py listens on it beside the grants).
+
+Heard changes: while that listener vouches that every change published up to a time
+within the time to live has reached this process (`changes_heard`: its pings come back
+on the same connection, after the messages published before them), a value is kept for
+`SLUICE_CACHE_TRUSTED_SECONDS` instead: nothing it could miss is older than the time to
+live, so the bound holds without reloading every value twice a time to live on every
+worker. That window only bounds changes made behind Sluice's back (SQL by hand).
 A message is a list of words, each a kind (`keys`: every key) or a kind and a selector
 (`keys:prefix=sk-sluice-…`, `keys:member=7`): a cache given `select` drops only the
 values the selector names; `on_change` hooks hear every word of their kind.
@@ -46,6 +53,31 @@ class _Outage:
 outage = _Outage()
 
 
+class _Heard:
+    """Up to when (monotonic seconds) every change published on the invalidation channel
+    has been heard here and has dropped what it names; None: no listener vouches now."""
+
+    through: float | None = None
+
+
+heard = _Heard()
+
+
+def changes_heard(through: float | None) -> None:
+    """Told by the invalidation listener: heard up to `through`; None: it vouches for
+    nothing from now on (its connection was lost or replaced)."""
+    if through is None or heard.through is None:
+        heard.through = through
+    else:
+        heard.through = max(heard.through, through)
+
+
+def _trusted() -> float:
+    from django.conf import settings
+
+    return float(settings.SLUICE_CACHE_TRUSTED_SECONDS)
+
+
 def _stale_if_error() -> float:
     from django.conf import settings
 
@@ -68,8 +100,10 @@ class RefreshingCache(Generic[V]):
         select: Callable[[Hashable, V, str], bool] | None = None,
         stale_if_error: Callable[[], float] = _stale_if_error,
         reload_wait: Callable[[], float] = _reload_wait,
+        trusted: Callable[[], float] = _trusted,
     ) -> None:
         self._ttl = ttl
+        self._trusted = trusted
         self._max_entries = max_entries
         self._select = select  # (key, value, selector) -> whether a change names it
         self._stale_if_error = stale_if_error
@@ -83,7 +117,7 @@ class RefreshingCache(Generic[V]):
 
     async def get(self, key: Hashable, load: Callable[[], Awaitable[V]]) -> V:
         hit = self._values.get(key)
-        ttl = self._ttl()
+        ttl = self._time_to_live()
         age = time.monotonic() - hit[0] if hit is not None else ttl
         if hit is not None and age < ttl / 2:
             return hit[1]
@@ -103,6 +137,14 @@ class RefreshingCache(Generic[V]):
             return await self._wait(key, task)
         except Exception:  # the reload failed or hangs: stale if error
             return hit[1]
+
+    def _time_to_live(self) -> float:
+        """The time to live, or the trusted one while every change older than it has been
+        heard (a change the listener has yet to hear is younger than the time to live)."""
+        ttl = self._ttl()
+        if heard.through is not None and heard.through >= time.monotonic() - ttl:
+            return max(ttl, self._trusted())
+        return ttl
 
     async def _wait(self, key: Hashable, task: "asyncio.Task[V]") -> V:
         """The reload's value, once it has run for at most `SLUICE_DB_REQUEST_SECONDS` (a

@@ -8,19 +8,22 @@ second per deployment with waiters here re-runs the dispatch (slots of a dead wo
 leases ran out) and catches a grant whose message was lost. The same connection listens
 for invalidations (core/refresh.py: a key revoked, a deployment drained, a limit or the
 config changed) and drops those cached values in this worker at once; every worker starts
-listening with its first request.
+listening with its first request. Its pings, answered in order after the messages published
+before them, tell the caches up to when every change has been heard (core/refresh.py
+`changes_heard`), so they need not reload on a clock while it listens.
 """
 
 import asyncio
 import contextlib
 import logging
-from typing import Protocol
+import time
+from typing import Any, Protocol
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from core.redis_down import RedisDownPolicy
-from core.refresh import CATALOG, KEYS, LIMITS, drop_local, invalidation_channel
+from core.refresh import CATALOG, KEYS, LIMITS, changes_heard, drop_local, invalidation_channel
 from routing.deployment_state.interface import Limits, granted_within
 
 log = logging.getLogger("sluice.state")
@@ -28,6 +31,7 @@ log = logging.getLogger("sluice.state")
 SWEEP_SECONDS = 1.0
 CLOSE_SECONDS = 2.0
 SUBSCRIBE_SECONDS = 2.0
+PING_SECONDS = 0.5  # well within the caches' time to live (2 s by default)
 
 
 class GrantSource(Protocol):
@@ -48,6 +52,7 @@ class GrantListener:
         self._preempts: dict[str, asyncio.Future[None]] = {}  # held slot -> asked back
         self._subscribed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._afresh = True  # drop every cached value at the next pong (a new subscription)
         self.policy = RedisDownPolicy(
             log, open_means="grants are found by the sweep, changes by the caches' time to live"
         )
@@ -109,10 +114,13 @@ class GrantListener:
             pubsub = self.state._client().pubsub(ignore_subscribe_messages=True)
             changes = invalidation_channel()
             preempts = f"{self.state.channel}:preempt"
+            pinger: asyncio.Task[None] | None = None
             try:
                 await pubsub.subscribe(self.state.channel, changes, preempts)
-                # Changes made while nobody listened are not heard: start afresh.
-                drop_local((KEYS, LIMITS, CATALOG))
+                # Changes made while nobody listened are not heard: start afresh (at the
+                # first pong, once the subscription is surely in place).
+                self._afresh = True
+                pinger = asyncio.create_task(self._ping(pubsub), name="sluice-change-pinger")
                 self._subscribed.set()
                 self.policy.recovered()
                 # get_message, not listen(): an async generator left by a cancelled task
@@ -120,7 +128,11 @@ class GrantListener:
                 # this close for the connection.
                 while True:
                     message = await pubsub.get_message(timeout=None)  # blocks for one
-                    if message is None or message["type"] != "message":
+                    if message is None:
+                        continue
+                    if message["type"] == "pong":
+                        self._ponged(message["data"])
+                    if message["type"] != "message":
                         continue
                     words = message["data"].decode().split()
                     channel = message["channel"].decode()
@@ -135,11 +147,34 @@ class GrantListener:
                 self.policy.failed(exc)  # open: resubscribes every second meanwhile
                 await asyncio.sleep(1.0)
             finally:
+                changes_heard(None)
+                if pinger is not None:
+                    pinger.cancel()
                 # Bounded: a close that hangs on a dead connection must not keep a
                 # cancelled listener, and with it a worker's shutdown, waiting.
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(CLOSE_SECONDS):
                         await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py: unannotated
+
+    async def _ping(self, pubsub: Any) -> None:
+        """Ask Redis every PING_SECONDS to answer with the time asked (the listener's loop
+        reads the answers). It stops at a failure: the listener's read fails too and starts
+        afresh, and without pongs what it vouched for lapses within the time to live."""
+        with contextlib.suppress(RedisError, OSError):
+            while True:
+                await pubsub.ping(repr(time.monotonic()))
+                await asyncio.sleep(PING_SECONDS)
+
+    def _ponged(self, data: bytes) -> None:
+        """Every change published before the ping was asked has been heard now."""
+        try:
+            asked = float(data)
+        except ValueError:  # not one of ours (redis-py's own health check)
+            return
+        if self._afresh:  # Redis answers in order: the subscription is in place
+            drop_local((KEYS, LIMITS, CATALOG))
+            self._afresh = False
+        changes_heard(asked)
 
     async def _sweep(self) -> None:
         while True:
