@@ -11,7 +11,6 @@ from typing import Any
 
 import openai
 import pytest
-from django.utils import timezone
 
 from tests.support import wait_until
 from tests.support.batches import chat_lines, upload
@@ -34,9 +33,16 @@ def _revoke(email: str, prefix: str) -> None:
 
 
 def _expire(email: str, prefix: str) -> None:
+    """Rotated with a grace of one second: the old key expires as time passes (no change is
+    published when it does: every use checks the expiry of the cached key)."""
     from accounts.models import ApiKey
+    from accounts.services import Actor, key_rotate
 
-    ApiKey.objects.filter(prefix=prefix).update(expires_at=timezone.now() - timedelta(seconds=1))
+    key_rotate(
+        actor=Actor.command("test"),
+        key=ApiKey.objects.get(prefix=prefix),
+        grace=timedelta(seconds=1),
+    )
 
 
 @pytest.mark.parametrize(
