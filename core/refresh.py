@@ -7,10 +7,11 @@ the database answers: that request waits for the reload (after an idle spell, sa
 
 Stale if error: when the database does not answer (a reload fails, or takes longer than
 `SLUICE_DB_REQUEST_SECONDS`), a value older than its time to live (the trusted one below,
-while changes are heard) is still served, for up to `SLUICE_STALE_IF_ERROR_SECONDS` past it, while one reload per key keeps trying behind
-it; once a reload of any cache has failed, no request waits for its reload until one
-succeeds (one database: keys, routes and limits go down together). A change still drops
-what it touches at once, outage or not, and a dropped value is never served stale.
+while changes are heard) is still served, for up to `SLUICE_STALE_IF_ERROR_SECONDS` past
+it, while one reload per key keeps trying behind it; once a reload of any cache has
+failed, no request waits for its reload until one succeeds (one database: keys, routes and
+limits go down together). A change still drops what it touches at once, outage or not,
+and a dropped value is never served stale.
 
 A change (a revoked key, a drain, a limit, a config file applied) drops the values it
 touches: `invalidate` clears them in this process and, with Redis, tells every worker on
