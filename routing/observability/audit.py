@@ -397,6 +397,24 @@ def _write(batch: list[CallLog]) -> None:
             log.exception("audit row %s rejected by the database", entry.request_id)
 
 
+def _write_then_discard(batch: list[CallLog], segments: list[Path], spool: Spool | None) -> None:
+    """On the writer's thread: the batch, then the spool files that held it, and the spool's
+    file work (the sealed file closed, the next one opened ahead), none of it on the loop.
+    Raises `Unwritten` (the files are kept) when the database is unreachable."""
+    try:
+        if batch:
+            try:
+                _write(batch)
+            except Unwritten:
+                raise
+            except Exception:  # a bug in the writer itself: never retry the same batch forever
+                log.exception("audit write failed; %d calls dropped", len(batch))
+        Spool.discard(segments)
+    finally:
+        if spool is not None:
+            spool.tidy()
+
+
 class RefusalSampler:
     """Calls refused for a missing or unknown key, sampled: the first `per_second` each
     second are recorded, the rest only counted, and the count rides on the next one
@@ -530,20 +548,18 @@ class AuditWriter:
         sealed = spool.seal() if spool is not None else None
         if sealed is not None:
             segments.append(sealed)
-        if batch:
-            try:
-                self._writing = asyncio.get_running_loop().run_in_executor(
-                    self._executor, _write, batch
-                )
-                await self._writing
-            except Unwritten as unwritten:
-                log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
-                self._pending[:0] = unwritten.calls
-                self._sealed[:0] = segments
-                return False
-            except Exception:  # a bug in the writer itself: never retry the same batch forever
-                log.exception("audit write failed; %d calls dropped", len(batch))
-        Spool.discard(segments)
+        if not batch and not segments:
+            return True
+        try:
+            self._writing = asyncio.get_running_loop().run_in_executor(
+                self._executor, _write_then_discard, batch, segments, spool
+            )
+            await self._writing
+        except Unwritten as unwritten:
+            log.error("audit write failed; keeping %d calls to retry", len(unwritten.calls))
+            self._pending[:0] = unwritten.calls
+            self._sealed[:0] = segments
+            return False
         return True
 
     async def flush(self) -> None:
@@ -559,6 +575,8 @@ class AuditWriter:
         for _ in range(5):
             written = await self._flush_once()
             if written and not self._pending:
+                if self._spool is not None:
+                    self._spool.close()  # the file opened ahead holds nothing
                 return
             if not written and self._leave_to_spool():
                 return

@@ -26,6 +26,7 @@ import mmap
 import os
 import typing
 import uuid
+from collections import deque
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -121,87 +122,139 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@dataclasses.dataclass
+class _File:
+    """One spool file, open and (unless the disk had no room) mapped."""
+
+    path: Path
+    fd: int
+    pid: int  # the worker it is named for (a forked child opens its own)
+    map: mmap.mmap | None  # None: lines go by write
+    used: int = 0  # bytes of lines in the file
+
+
 class Spool:
-    """This worker's spool files in `folder`: `spool-<pid>-<n>.jsonl`, one per batch."""
+    """This worker's spool files in `folder`: `spool-<pid>-<n>.jsonl`, one per batch.
+
+    Only the copy of a line runs on the event loop. Opening, allocating and mapping a file,
+    closing and trimming a sealed one, and deleting a written one are system calls that
+    wait on the file system (on a host whose database commits to the same disk, for its
+    journal): the writer's thread does them (`tidy`, `discard`), and the file that follows
+    a sealed one is ready before the loop needs it."""
 
     SEGMENT = 1 << 20  # bytes mapped at a time; a file grows by as much when full
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._fd: int | None = None
-        self._path: Path | None = None
-        self._pid = 0
-        self._map: mmap.mmap | None = None  # None: lines go by write (or nothing is open)
-        self._used = 0  # bytes of lines in the file
+        self._file: _File | None = None
+        # Handed between the loop and the writer's thread; a deque's append and popleft
+        # are atomic, so neither side waits for the other.
+        self._ready: deque[_File] = deque()  # opened ahead by `tidy`, at most one
+        self._sealed: deque[_File] = deque()  # sealed on the loop, closed by `tidy`
 
     def append(self, line: bytes) -> None:
         try:
-            if self._fd is None or self._pid != os.getpid():
-                self._open()
-            mapped = self._map
-            end = self._used + len(line)
-            if mapped is not None and end > len(mapped):
-                mapped = self._grow(end)
-            if mapped is not None:
+            file = self._file
+            if file is None or file.pid != os.getpid():
+                file = self._file = self._next_file()
+            end = file.used + len(line)
+            if file.map is not None and end > len(file.map):
+                self._grow(file, end)
+            if file.map is not None:
                 # The newline last: a line with its newline in the file is whole, even if
                 # the copy before it was cut by the kill (it may store out of order).
-                mapped[self._used : end - 1] = memoryview(line)[:-1]
-                mapped[end - 1] = line[-1]
+                file.map[file.used : end - 1] = memoryview(line)[:-1]
+                file.map[end - 1] = line[-1]
             else:
-                assert self._fd is not None
-                os.write(self._fd, line)
-            self._used = end
+                os.write(file.fd, line)
+            file.used = end
         except OSError as exc:  # a full or read-only disk costs the safety net, not the call
             log.error("audit spool write failed (%s); the row is kept in memory only", exc)
 
-    def _open(self) -> None:
+    def _next_file(self) -> _File:
+        """The file `tidy` opened ahead, or (the first, or after a fork) one opened now."""
+        while self._ready:
+            file = self._ready.popleft()
+            if file.pid == os.getpid():
+                return file
+        return self._open()
+
+    def _open(self) -> _File:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._pid = os.getpid()
-        self._path = self.folder / f"spool-{self._pid}-{uuid.uuid4().hex[:12]}.jsonl"
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        self._map, self._used = None, 0
-        self._map = self._mapped(self.SEGMENT)
-
-    def _mapped(self, size: int) -> mmap.mmap | None:
-        """The file's first `size` bytes allocated and mapped; None (lines by `write`) when
-        the disk has no room for them."""
-        assert self._fd is not None
-        try:
-            os.posix_fallocate(self._fd, 0, size)
-            return mmap.mmap(self._fd, size)
-        except OSError as exc:
-            log.warning("audit spool not mapped (%s); lines go by write", exc)
-            os.ftruncate(self._fd, self._used)
-            return None
-
-    def _grow(self, end: int) -> mmap.mmap | None:
-        assert self._map is not None
-        size = len(self._map)
-        while size < end:
-            size += self.SEGMENT
-        self._map.close()
-        self._map = self._mapped(size)
-        return self._map
+        pid = os.getpid()
+        path = self.folder / f"spool-{pid}-{uuid.uuid4().hex[:12]}.jsonl"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        file = _File(path, fd, pid, None)
+        file.map = self._mapped(file, self.SEGMENT)
+        return file
 
     @staticmethod
-    def _unmap(mapped: mmap.mmap | None, fd: int, used: int) -> None:
-        if mapped is not None:
-            mapped.close()
-            os.ftruncate(fd, used)  # the file ends at its last line
+    def _mapped(file: _File, size: int) -> mmap.mmap | None:
+        """The file's first `size` bytes allocated and mapped; None (lines by `write`) when
+        the disk has no room for them."""
+        try:
+            os.posix_fallocate(file.fd, 0, size)
+            return mmap.mmap(file.fd, size)
+        except OSError as exc:
+            log.warning("audit spool not mapped (%s); lines go by write", exc)
+            os.ftruncate(file.fd, file.used)
+            return None
+
+    def _grow(self, file: _File, end: int) -> None:
+        assert file.map is not None
+        size = len(file.map)
+        while size < end:
+            size += self.SEGMENT
+        file.map.close()
+        file.map = self._mapped(file, size)
 
     def seal(self) -> Path | None:
-        """Close the current file (its calls are about to be written); the next call opens
-        a new one. None when nothing was appended since the last seal."""
-        path, fd, mapped = self._path, self._fd, self._map
-        self._path = self._fd = self._map = None
-        if fd is not None:
+        """End the current file (its calls are about to be written; the next call goes to
+        another); its path. The loop only hands it over: `tidy` closes it. None when
+        nothing was appended since the last seal."""
+        file, self._file = self._file, None
+        if file is None:
+            return None
+        self._sealed.append(file)
+        return file.path
+
+    def tidy(self) -> None:
+        """On the writer's thread, after a seal: close the sealed files (each ends at its
+        last line) and open the next one ahead."""
+        used = None  # bytes in the files sealed, if any
+        while self._sealed:
+            file = self._sealed.popleft()
+            used = file.used + (used or 0)
             try:
-                self._unmap(mapped, fd, self._used)
+                if file.map is not None:
+                    file.map.close()
+                    os.ftruncate(file.fd, file.used)  # the file ends at its last line
             except OSError as exc:  # the lines are in the file; zeros after them are not read
                 log.warning("audit spool not trimmed (%s)", exc)
-            os.close(fd)
-        self._used = 0
-        return path
+            os.close(file.fd)
+        if used is not None and not self._ready:
+            try:
+                file = self._open()
+            except OSError as exc:  # the loop opens one itself at the next call
+                log.warning("audit spool file not opened ahead (%s)", exc)
+                return
+            if file.map is not None:
+                # The first write to a page of a fresh mapping faults, and the file system
+                # may make it wait for its journal: the pages the last file filled, and as
+                # many again, are written here first (zeros, which a reader skips; what is
+                # not used is cut off when the file is sealed).
+                for offset in range(0, min(len(file.map), 2 * used + 1), mmap.PAGESIZE):
+                    file.map[offset] = 0
+            self._ready.append(file)
+
+    def close(self) -> None:
+        """The worker stops: remove the file opened ahead (it holds nothing)."""
+        while self._ready:
+            file = self._ready.popleft()
+            if file.map is not None:
+                file.map.close()
+            os.close(file.fd)
+            file.path.unlink(missing_ok=True)
 
     @staticmethod
     def discard(paths: list[Path]) -> None:

@@ -51,8 +51,30 @@ def test_a_sealed_file_ends_at_its_last_line_and_a_full_segment_grows(tmp_path):
     for _ in range(4):  # past the first segment
         spool.append(big)
     path = spool.seal()
+    spool.tidy()  # the writer's thread closes it
     assert path is not None and path.stat().st_size == 4 * len(big)
     assert Spool.read(path) == [big.rstrip(b"\n")] * 4
+
+
+def test_the_file_after_a_sealed_one_is_opened_ahead_and_removed_at_the_stop(tmp_path):
+    """The loop's next call copies its line into a file the writer's thread opened, not
+    one it opens itself; a file opened ahead and never used is not left behind."""
+    spool = Spool(tmp_path)
+    spool.append(encode_call(_call("first")))
+    sealed = spool.seal()
+    assert sealed is not None
+    spool.tidy()
+    Spool.discard([sealed])  # its calls are written
+    (ahead,) = tmp_path.glob("*.jsonl")
+    assert Spool.read(ahead) == []  # nothing in it yet: a worker killed now loses nothing
+    line = encode_call(_call("second"))
+    spool.append(line)
+    assert list(tmp_path.glob("*.jsonl")) == [ahead]
+    assert Spool.read(ahead) == [line.rstrip(b"\n")]
+    assert spool.seal() == ahead
+    spool.tidy()  # the next one opened ahead, then the worker stops
+    spool.close()
+    assert list(tmp_path.glob("*.jsonl")) == [ahead]
 
 
 def test_a_line_torn_by_the_kill_is_left_out(tmp_path):
