@@ -1,7 +1,7 @@
 """What Sluice adds to a call, side by side with calling the simulator directly, in one run.
 
     .venv/bin/python bench/overhead.py [--seconds 10] [--concurrency 64] [--workers 1]
-                                       [--only SECTION] [--baseline REF]
+                                       [--only SECTION] [--rate 500] [--baseline REF]
 
 Starts two simulators (zero latency, and 100 ms latency), a gateway under uvicorn on a
 throw-away SQLite database, then prints:
@@ -10,6 +10,9 @@ throw-away SQLite database, then prints:
     and streaming (16 chunks) chat completions;
   - overhead: with 100 ms simulator latency, requests/s and p50/p99 latency direct and
     through Sluice, the added p50/p99, and (one worker) the worker's event-loop lag then;
+  - open loop: calls arriving on a Poisson schedule (`--rate` a second, bench/openloop.py)
+    on the 100 ms simulator, direct and through Sluice in turns: p50/p99/max latency from
+    each call's scheduled time, and what Sluice adds;
   - breakdown: where the worker's CPU per call goes at the ceiling, by stage of the call
     (auth, limits, slots, parse, upstream client, relay, audit…), from a py-spy profile;
   - protocols: the gateway's CPU per call for each pair of client and upstream protocol
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 from harness import Stack, cpu_seconds, stack
 from loadgen import LoadResult, build_request, run_load
+from openloop import Load, fire, pct
 from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "Benchmark me, briefly."}]}
@@ -199,6 +203,34 @@ def overhead(run: Run) -> None:
     if run.workers == 1:  # a scrape reads the worker that answers it: one worker, its loop
         p50, p99 = (lag_quantile(lag_before, lag_after, q) for q in (0.5, 0.99))
         print(f"  event-loop lag during the Sluice run: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+
+def open_loop(run: Run, rate: float, rounds: int = 2) -> None:
+    """The 100 ms case as real traffic comes: arrivals scheduled in advance, whether or not
+    earlier calls ended, each call's latency counted from its scheduled time. A closed
+    loop's 64 clients send their next call only when one ends, so calls that ended together
+    (behind one stall) come back together, one time per upstream latency; here a stall
+    shows in the calls that arrived during it, and only there."""
+    load = Load(rate, run.seconds + 1, {"bench": 1.0}, interactive_share=1.0)
+    print(f"\nOpen loop (simulator latency 100 ms, Poisson arrivals at {rate:g} a second)")
+    print(f"  {'':10}{'served/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'failed':>8}")
+    sides = (("direct", run.slow, "m", "none"), ("Sluice", run.gateway, "slow", run.key))
+    latencies: dict[str, list[list[float]]] = {"direct": [], "Sluice": []}
+    for _ in range(rounds):
+        for label, port, model, key in sides:
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            results = asyncio.run(fire(url, {"bench": key}, load.arrivals, model=model))
+            kept = [r for r in results if r.arrival.at >= 1.0]  # past the warm-up second
+            ms = [r.latency * 1000 for r in kept if r.served]
+            latencies[label].append(ms)
+            print(
+                f"  {label:10}{len(ms) / run.seconds:10.1f}{pct(ms, 50):10.1f}{pct(ms, 99):10.1f}"
+                f"{max(ms, default=float('nan')):10.1f}{len(kept) - len(ms):8d}"
+            )
+    for q in (50, 99):
+        pairs = zip(latencies["direct"], latencies["Sluice"], strict=True)
+        each = [pct(via, q) - pct(direct, q) for direct, via in pairs]
+        print(f"  added p{q}: " + ", ".join(f"{a:+.2f}" for a in each) + " ms")
 
 
 def breakdown(run: Run) -> None:
@@ -367,8 +399,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
+        "--rate", type=float, default=500, help="open loop: calls a second (100 ms upstream)"
+    )
+    parser.add_argument(
         "--only",
-        choices=["ceiling", "overhead", "breakdown", "limits", "protocols", "tracing"],
+        choices=["ceiling", "overhead", "openloop", "breakdown", "limits", "protocols", "tracing"],
         help="run one section (and its baseline)",
     )
     parser.add_argument(
@@ -376,7 +411,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     wanted = (
-        {args.only} if args.only else {"ceiling", "overhead", "breakdown", "limits", "protocols"}
+        {args.only}
+        if args.only
+        else {"ceiling", "overhead", "openloop", "breakdown", "limits", "protocols"}
     )
 
     with stack() as s:
@@ -405,8 +442,15 @@ def main() -> None:
                 s, before_port, zero_port, slow_port, key, before_pids, c, secs, args.workers
             )
             versus(run, baseline, args.baseline)
-        for section in (ceiling, overhead, breakdown, limits, protocols):
-            if section.__name__ in wanted and not args.baseline:
+        for name, section in (
+            ("ceiling", ceiling),
+            ("overhead", overhead),
+            ("openloop", lambda run: open_loop(run, args.rate)),
+            ("breakdown", breakdown),
+            ("limits", limits),
+            ("protocols", protocols),
+        ):
+            if name in wanted and not args.baseline:
                 section(run)
         if "tracing" in wanted and not args.baseline:
             sink = s.otlp_sink()
