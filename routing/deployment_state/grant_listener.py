@@ -128,6 +128,7 @@ class GrantListener:
                 # this close for the connection.
                 while True:
                     message = await pubsub.get_message(timeout=None)  # blocks for one
+                    _stop_if_asked()
                     if message is None:
                         continue
                     if message["type"] == "pong":
@@ -143,6 +144,7 @@ class GrantListener:
                     else:
                         self._wake(words, self._futures)
             except (RedisError, OSError) as exc:
+                _stop_if_asked()  # a cancellation redis-py answered with an error of its own
                 self._subscribed.clear()
                 self.policy.failed(exc)  # open: resubscribes every second meanwhile
                 await asyncio.sleep(1.0)
@@ -163,6 +165,7 @@ class GrantListener:
         with contextlib.suppress(RedisError, OSError):
             while True:
                 await pubsub.ping(repr(time.monotonic()))
+                _stop_if_asked()
                 await asyncio.sleep(PING_SECONDS)
 
     def _ponged(self, data: bytes) -> None:
@@ -186,7 +189,18 @@ class GrantListener:
                 try:
                     self._wake(await self.state.sweep(name, limits, slots), self._futures)
                 except (RedisError, OSError) as exc:
+                    _stop_if_asked()
                     log.warning("queue sweep for %s failed: %s", name, exc)
+
+
+def _stop_if_asked() -> None:
+    """Raise CancelledError if this task was asked to stop. A cancellation that lands in
+    redis-py's pub/sub calls is at times swallowed (the call returns as if answered, or
+    raises a connection error): a loop around them would go on forever, and hold up the
+    loop's close, a worker's shutdown with it."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 _listeners: dict[tuple[int, asyncio.AbstractEventLoop], GrantListener] = {}

@@ -4,6 +4,7 @@ it cannot prove it: a lost, killed or silently replaced subscription."""
 
 import asyncio
 import os
+import random
 import time
 import uuid
 
@@ -112,3 +113,31 @@ async def test_a_listener_that_stops_hearing_lapses_within_the_ttl():
     await asyncio.sleep(TTL * 0.6)
     assert await values.get("k", source.load) == "b"  # the mark is older than the ttl
     changes_heard(None)
+
+
+async def test_a_cancelled_listener_stops_though_redis_py_swallows_some_cancellations(
+    monkeypatch,
+):
+    """A cancellation that lands in redis-py's pub/sub `ping` is at times swallowed; the
+        pinger went on every PING_SECONDS, and a worker's shutdown (the loop's close waits for
+        every task it cancels) hung with it. Pings back to back, the client closed under them (its
+    connections reopen), cancelled at 150 moments."""
+    from routing.deployment_state import grant_listener as module
+    from routing.deployment_state.redis import RedisDeploymentState
+
+    monkeypatch.setattr(module, "PING_SECONDS", 0.0005)
+    moments, pinging = random.Random(7), 0
+    for _ in range(150):
+        state = RedisDeploymentState(os.environ["REDIS_URL"], f"test-{uuid.uuid4().hex[:8]}")
+        GrantListener(state).start()
+        await asyncio.sleep(moments.uniform(0.002, 0.02))
+        await state._client().aclose()  # as a test's end does, its listener still running
+        await asyncio.sleep(moments.uniform(0, 0.01))
+        tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("sluice-")]
+        pinging += any(t.get_name() == "sluice-change-pinger" for t in tasks)
+        for task in tasks:
+            task.cancel()
+        _, pending = await asyncio.wait(tasks, timeout=3)
+        assert not pending, [t.get_name() for t in pending]
+    changes_heard(None)
+    assert pinging > 100  # most cancellations found the pinger at work
