@@ -221,10 +221,12 @@ class Spool:
     def tidy(self) -> None:
         """On the writer's thread, after a seal: close the sealed files (each ends at its
         last line) and open the next one ahead."""
-        used = None  # bytes in the files sealed, if any
+        if not self._sealed:
+            return
+        used = 0  # bytes of lines in the files sealed
         while self._sealed:
             file = self._sealed.popleft()
-            used = file.used + (used or 0)
+            used += file.used
             try:
                 if file.map is not None:
                     file.map.close()
@@ -232,7 +234,7 @@ class Spool:
             except OSError as exc:  # the lines are in the file; zeros after them are not read
                 log.warning("audit spool not trimmed (%s)", exc)
             os.close(file.fd)
-        if used is not None and not self._ready:
+        if not self._ready:
             try:
                 file = self._open()
             except OSError as exc:  # the loop opens one itself at the next call
