@@ -10,12 +10,15 @@ Writing: the same JSON, UTF-8 as it is where json escapes it.
 """
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# Every digit as "0" and every other byte as "a": a run of 19 digits is then a plain bytes
+# search away. Every request body and upstream answer is looked through, and a regex
+# walking the text (`\d{19}`) cost about 15 µs a kilobyte, more than orjson's reading.
+_AS_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x61 for byte in range(256))
+_LONG_RUN = b"0" * 19
 
 
 def loads(raw: bytes) -> Any:
@@ -29,7 +32,7 @@ def loads(raw: bytes) -> Any:
 def loads_finite(raw: bytes) -> Any:
     """orjson's reading where it is json's; ValueError where only json may read the text
     (for a caller with its own way of reading those: NaN, Infinity, huge numbers, …)."""
-    if _LONG_DIGITS.search(raw):
+    if _LONG_RUN in raw.translate(_AS_DIGITS):
         raise ValueError("an integer of 19 digits or more: read by json")
     return orjson.loads(raw)
 

@@ -14,6 +14,8 @@ TEXTS = [
     b'{"a": NaN, "b": -Infinity}',
     b'{"seed": 123456789012345678901234567890}',  # past 64 bits: json keeps the integer
     b'{"seed": -9223372036854775809}',
+    b"[18446744073709551616]",  # 2**64, at the end of the text
+    b'{"n": 9999999999999999999, "m": 999999999999999999}',  # 19 digits, then 18
     b'{"a": "\\ud800 lone"}',
     b"\xef\xbb\xbf{}",  # a byte order mark
     b'{"a": 1, "a": 2}',
