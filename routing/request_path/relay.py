@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from django.http import StreamingHttpResponse
 
+from core import fast_json
 from core.background import spawn
 from core.errors import error_body
 from core.outcomes import Outcome
@@ -60,7 +61,7 @@ async def first_event(response: aiohttp.ClientResponse) -> bytes | None:
             if data == b"[DONE]":
                 return buffer
             try:
-                json.loads(data)
+                fast_json.loads(data)
             except ValueError:
                 return None
             return buffer

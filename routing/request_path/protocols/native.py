@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from core import fast_json
 from routing.request_path.payloads import NativeBody
 from routing.request_path.stream_tap import data_of
 
@@ -101,15 +102,12 @@ class NativeTap:
     and counts content deltas (for an estimate when the stream is cut short)."""
 
     # An event worth parsing carries one of these; the rest (text deltas) are only counted.
-    _MARKS = (
-        b"message_start",
-        b"message_delta",
-        b'"error"',
-        b"response.completed",
-        b"response.incomplete",
-        b"response.failed",
-        b"response.created",
-    )
+    _MARKS = {
+        ANTHROPIC_KIND: re.compile(rb'message_start|message_delta|"error"'),
+        RESPONSES_KIND: re.compile(
+            rb'"error"|response\.completed|response\.incomplete|response\.failed|response\.created'
+        ),
+    }
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -121,12 +119,20 @@ class NativeTap:
         self.finish_reasons: list[str] = []  # why the answer ended (stop_reason, status)
         self._failing: dict[str, Any] | None = None  # a Responses `error` event, not yet final
         self._buffer = b""
+        self._marked = self._MARKS[kind].search
 
     def feed(self, data: bytes) -> bytes:
-        buffer = (self._buffer + data).replace(b"\r\n", b"\n")
+        buffer = self._buffer + data if self._buffer else data
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
         *events, self._buffer = buffer.split(b"\n\n")
-        for event in events:
-            self._watch(event)
+        if self._marked(buffer):
+            for event in events:
+                self._watch(event)
+        else:  # text deltas only (most reads): counted, not parsed
+            for event in events:
+                if data_of(event) is not None:
+                    self.chunks += 1
         return data
 
     def flush(self) -> bytes:
@@ -141,11 +147,11 @@ class NativeTap:
         data = data_of(event)
         if data is None:
             return
-        if not any(mark in data for mark in self._MARKS):
+        if not self._marked(data):
             self.chunks += 1
             return
         try:
-            payload = json.loads(data)
+            payload = fast_json.loads(data)
         except ValueError:
             return
         if not isinstance(payload, dict):
