@@ -33,7 +33,18 @@ BODIES = [
     b'{"model": "a", "thinking": {"type": "adaptive"}, "stream": true}\n',
     '{"model": "a", "text": "naïve ✓"}'.encode(),
     b'{"model": "old", "model": "a"}',  # repeated: the last counts, as json.loads reads it
+    b'{"model": "old", "x": {"model": "y"}, "model": "a"}',
+    b'{"model": "old", "x": "\\u00e9", "\\u006dodel": "a"}',  # repeated, a letter escaped
+    b'{"model": "old", "x": "\\u00e9", "mode\\u006C": "a"}',
 ]
+
+
+def test_the_rest_of_a_body_is_not_decoded_once_its_fields_are_found_for_good():
+    # What follows the model cannot hold another: it is not read (so not checked either;
+    # the body was read as JSON before).
+    assert with_fields(b'{"model":"a","messages":[unread', {"model": "b"}) == (
+        b'{"model":"b","messages":[unread'
+    )
 
 
 @pytest.mark.parametrize("raw", BODIES)

@@ -29,7 +29,9 @@ _decoder = json.JSONDecoder()
 def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
     """Where the values of the top-level keys in `wanted` sit in a JSON object's text (the
     last of a repeated key, as json.loads reads it). Stops early once all are found unless
-    one may repeat later; ValueError for text that is not a JSON object."""
+    one may repeat later (a coding agent's turn is 100 KB and more, its model first, and
+    decoding the rest only to skip it cost more than reading the body); ValueError for text
+    that is not a JSON object."""
     spans: dict[str, tuple[int, int]] = {}
     i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
     if text[i : i + 1] != "{":
@@ -48,6 +50,8 @@ def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
         _, end = _decoder.raw_decode(text, start)
         if key in wanted:
             spans[key] = (start, end)
+            if len(spans) == len(wanted) and _none_later(text, end, wanted):
+                return spans
         i = _SPACE.match(text, end).end()  # type: ignore[union-attr]
         if text[i : i + 1] == ",":
             i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
@@ -55,6 +59,17 @@ def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
         if text[i : i + 1] == "}":
             return spans
         raise ValueError("expected ',' or '}'")
+
+
+def _none_later(text: str, start: int, keys: set[str]) -> bool:
+    """Whether none of `keys` can be a key in `text` from `start` on: none written as it is,
+    and none of their letters written as a `\\u` escape (which would hide a repeated key)."""
+    if any(text.find(f'"{key}"', start) >= 0 for key in keys):
+        return False
+    if text.find("\\u", start) < 0:
+        return True
+    escapes = {f"\\u{ord(c):04{case}}" for key in keys for c in key for case in "xX"}
+    return not any(text.find(escape, start) >= 0 for escape in escapes)
 
 
 def with_fields(raw: bytes, fields: dict[str, Any]) -> bytes:
