@@ -29,6 +29,7 @@ The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process).
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import sys
@@ -42,6 +43,7 @@ import httpx
 from harness import Stack, cpu_seconds, stack
 from loadgen import LoadResult, build_request, run_load
 from openloop import Load, fire, pct
+from parsing import agent_body
 from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "Benchmark me, briefly."}]}
@@ -290,11 +292,17 @@ def protocols(run: Run, rounds: int = 2) -> None:
 
 
 # label, route, path, extra body fields
+# A coding agent's turn (tools, then the conversation so far) as its Messages body, less
+# the model and the stream flag each case sets.
+AGENT_TURN = {
+    k: v for k, v in json.loads(agent_body(120_000)).items() if k not in ("model", "stream")
+}
 VERSUS = [
     ("chat", "zero", "/v1/chat/completions", {}),
     ("chat, streaming", "zero", "/v1/chat/completions", {"stream": True}),
     ("messages → anthropic", "zero-anthropic", "/v1/messages", {}),
     ("messages → anthropic, stream", "zero-anthropic", "/v1/messages", {"stream": True}),
+    ("messages → anthropic, 120 KB", "zero-anthropic", "/v1/messages", AGENT_TURN),
     ("responses → responses", "zero-responses", "/v1/responses", {}),
     ("chat, 100 ms upstream", "slow", "/v1/chat/completions", {}),
 ]
