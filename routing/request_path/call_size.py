@@ -48,6 +48,7 @@ def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
     ceiling = principal.max_tokens_ceiling
     if ceiling is None:
         return
+    clamped = {}
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         asked = request.body.get(name)
         if asked is not None and asked > ceiling:
@@ -56,7 +57,7 @@ def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
                     f"Application {principal.application_slug} allows {name} up to {ceiling}.",
                     param=name,
                 )
-            request.body[name] = ceiling
+            request.body[name] = clamped[name] = ceiling
     native = request.native
     if native is not None and request.translated:
         # The client's own body, for deployments of its kind, is clamped the same way.
@@ -65,9 +66,9 @@ def enforce_ceilings(principal: Principal, request: ClientRequest) -> None:
         if asked is not None:
             native.overrides[name] = asked
     elif native is not None:
-        for name in ("max_tokens", "max_output_tokens"):
-            if request.body.get(name) is not None:
-                native.overrides[name] = request.body[name]
+        # Only what changed: a field left as the client wrote it is not looked for in its
+        # bytes (routing/request_path/protocols/native.py `with_fields`).
+        native.overrides.update(clamped)
 
 
 def estimated_tokens(principal: Principal, request: ClientRequest, raw_size: int) -> int:

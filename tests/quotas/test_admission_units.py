@@ -434,3 +434,23 @@ def test_counter_keys_name_the_local_day_and_month():
     assert counters["month"].check.key.endswith(":application:9:20261201:month")
     assert counters["tpm"].check.key.endswith(f":application:9:{math.floor(now / 60)}:tpm")
     assert counters["day"].resets_at == ts("2026-12-01T15:00:00+00:00")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # Clamped: the client's own bytes say the ceiling too.
+        (b'{"model":"r","max_tokens":9000,"messages":[]}', b'"max_tokens":1000'),
+        # At or under it: the bytes stay as the client wrote them.
+        (b'{"model":"r","max_tokens":900,"messages":[]}', b'"max_tokens":900'),
+    ],
+)
+def test_a_body_passed_through_is_clamped_in_its_own_bytes_only_where_it_changed(raw, expected):
+    from routing.request_path.protocols.anthropic_messages import ANTHROPIC
+    from routing.request_path.protocols.native import native_bytes
+
+    request = ANTHROPIC.parse(None, raw)
+    enforce_ceilings(principal(max_tokens_ceiling=1000, clamp_max_tokens=True), request)
+    assert request.native is not None
+    assert expected in native_bytes(request.native, "up")
+    assert request.native.overrides == ({"max_tokens": 1000} if b"9000" in raw else {})
