@@ -43,7 +43,7 @@ import httpx
 from harness import Stack, cpu_seconds, stack
 from loadgen import LoadResult, build_request, run_load
 from openloop import Load, fire, pct
-from parsing import agent_body
+from parsing import agent_body, chat_body
 from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "Benchmark me, briefly."}]}
@@ -292,14 +292,16 @@ def protocols(run: Run, rounds: int = 2) -> None:
 
 
 # label, route, path, extra body fields
-# A coding agent's turn (tools, then the conversation so far) as its Messages body, less
-# the model and the stream flag each case sets.
+# A coding agent's turn (tools, then the conversation so far) as a Messages body and a chat
+# conversation of the same size, less the model and the stream flag each case sets.
 AGENT_TURN = {
     k: v for k, v in json.loads(agent_body(120_000)).items() if k not in ("model", "stream")
 }
+CHAT_TURN = {"messages": json.loads(chat_body(120_000))["messages"]}
 VERSUS = [
     ("chat", "zero", "/v1/chat/completions", {}),
     ("chat, streaming", "zero", "/v1/chat/completions", {"stream": True}),
+    ("chat, 120 KB", "zero", "/v1/chat/completions", CHAT_TURN),
     ("messages → anthropic", "zero-anthropic", "/v1/messages", {}),
     ("messages → anthropic, stream", "zero-anthropic", "/v1/messages", {"stream": True}),
     ("messages → anthropic, 120 KB", "zero-anthropic", "/v1/messages", AGENT_TURN),

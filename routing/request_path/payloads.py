@@ -30,6 +30,8 @@ class NativeBody:
     kind: str  # the upstream kind that takes it untouched: "anthropic", "openai-responses"
     raw: bytes
     overrides: dict[str, Any] = field(default_factory=dict)
+    # Top-level fields as json.loads reads them (the last of a repeated key): the model.
+    read: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,7 +206,7 @@ def native_request(kind: str, raw: bytes, body: dict[str, Any], required: str) -
     if body.get(required) is None:
         raise bad_request(f"You must provide '{required}'.", param=required)
     stream = bool(body.get("stream"))
-    native = NativeBody(kind, raw)
+    native = NativeBody(kind, raw, read={"model": model})
     return ClientRequest(Endpoint.CHAT, body, model, stream, True, native=native)
 
 

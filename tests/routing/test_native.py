@@ -45,6 +45,24 @@ def test_the_rest_of_a_body_is_not_decoded_once_its_fields_are_found_for_good():
     assert with_fields(b'{"model":"a","messages":[unread', {"model": "b"}) == (
         b'{"model":"b","messages":[unread'
     )
+    # A tool's property of that name holds another value than the model json.loads read:
+    # not a repeat of the key (as in the first turns of Claude Code and Codex).
+    raw = b'{"model":"a","tools":[{"properties":{"model":{"type":"string"}}}],"messages":[unread'
+    out = with_fields(raw, {"model": "b"}, {"model": "a"})
+    assert out == raw.replace(b'"model":"a"', b'"model":"b"')
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model":"a","x":{"model":"a"},"model":"a"}',  # a later repeat of the same value
+        b'{"model":"c","x":{"model":1},"model" : "a"}',  # the model json.loads read is later
+    ],
+)
+def test_a_later_field_that_may_be_the_one_read_is_the_one_set(raw):
+    out = with_fields(raw, {"model": "b"}, {"model": "a"})
+    first, last = raw.rsplit(b'"a"', 1)
+    assert out == first + b'"b"' + last
 
 
 @pytest.mark.parametrize("raw", BODIES)
@@ -422,7 +440,7 @@ def test_a_native_request_reads_only_what_the_path_needs():
 def test_a_body_the_scanner_cannot_follow_still_goes_with_its_fields(monkeypatch):
     import routing.request_path.protocols.native as native_module
 
-    def confused(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
+    def confused(*args: Any) -> dict[str, tuple[int, int]]:
         raise ValueError("confused")
 
     monkeypatch.setattr(native_module, "_spans", confused)

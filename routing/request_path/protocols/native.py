@@ -23,15 +23,18 @@ RESPONSES_KIND = "openai-responses"
 NATIVE_PATHS = {ANTHROPIC_KIND: "messages", RESPONSES_KIND: "responses"}
 
 _SPACE = re.compile(r"[ \t\n\r]*")
+_SPACE_BYTES = re.compile(rb"[ \t\n\r]*")
 _decoder = json.JSONDecoder()
 
 
-def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
+def _spans(
+    text: str, wanted: set[str], read: dict[str, Any] | None = None, raw: bytes = b""
+) -> dict[str, tuple[int, int]]:
     """Where the values of the top-level keys in `wanted` sit in a JSON object's text (the
-    last of a repeated key, as json.loads reads it). Stops early once all are found unless
-    one may repeat later (a coding agent's turn is 100 KB and more, its model first, and
-    decoding the rest only to skip it cost more than reading the body); ValueError for text
-    that is not a JSON object."""
+    last of a repeated key, as json.loads reads it); ValueError for text that is not a JSON
+    object. Given `raw` (the text's bytes), it stops once each is found and known to be the
+    last (`_last_here`): a coding agent's turn is 100 KB and more, its model first, and
+    decoding the rest only to skip it cost more than reading the whole body."""
     spans: dict[str, tuple[int, int]] = {}
     i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
     if text[i : i + 1] != "{":
@@ -50,8 +53,11 @@ def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
         _, end = _decoder.raw_decode(text, start)
         if key in wanted:
             spans[key] = (start, end)
-            if len(spans) == len(wanted) and _none_later(text, end, wanted):
-                return spans
+            if raw and len(spans) == len(wanted):
+                # Where it stands in the bytes: the text before it, encoded.
+                at = end if raw.isascii() else len(text[:end].encode("utf-8"))
+                if all(_last_here(raw, at, k, read or {}) for k in wanted):
+                    return spans
         i = _SPACE.match(text, end).end()  # type: ignore[union-attr]
         if text[i : i + 1] == ",":
             i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
@@ -61,50 +67,71 @@ def _spans(text: str, wanted: set[str]) -> dict[str, tuple[int, int]]:
         raise ValueError("expected ',' or '}'")
 
 
-def _none_later(text: str, start: int, keys: set[str]) -> bool:
-    """Whether none of `keys` can be a key in `text` from `start` on: none written as it is,
-    and none of their letters written as a `\\u` escape (which would hide a repeated key)."""
-    if any(text.find(f'"{key}"', start) >= 0 for key in keys):
+def _last_here(raw: bytes, at: int, key: str, read: dict[str, Any]) -> bool:
+    """Whether no top-level `key` follows byte `at`, where the one found ends. Such a repeat
+    would be the one json.loads reads, so its value would be `read[key]`: a later `"key":`
+    whose value starts otherwise (a tool's schema with a property of that name: an object)
+    is not one. One whose value may be it, or a letter of the key written as a `\\u`
+    escape, and the rest is decoded after all."""
+    # An escaped letter of "model" starts "\\u006": one search per first hex digit.
+    escapes = {b"u00%x" % (ord(c) >> 4) for c in key}
+    if any(raw.find(escape, at) >= 0 for escape in escapes):
         return False
-    if text.find("\\u", start) < 0:
-        return True
-    escapes = {f"\\u{ord(c):04{case}}" for key in keys for c in key for case in "xX"}
-    return not any(text.find(escape, start) >= 0 for escape in escapes)
+    quoted = b'"%s"' % key.encode()
+    found = raw.find(quoted, at)
+    while found >= 0:
+        colon = _SPACE_BYTES.match(raw, found + len(quoted)).end()  # type: ignore[union-attr]
+        if raw[colon : colon + 1] == b":":
+            value = _SPACE_BYTES.match(raw, colon + 1).end()  # type: ignore[union-attr]
+            if key not in read or raw[value : value + 1] == _first_byte(read[key]):
+                return False
+        found = raw.find(quoted, found + 1)
+    return True
 
 
-def with_fields(raw: bytes, fields: dict[str, Any]) -> bytes:
+def _first_byte(value: Any) -> bytes:
+    return json.dumps(value)[:1].encode()
+
+
+def with_fields(raw: bytes, fields: dict[str, Any], read: dict[str, Any] | None = None) -> bytes:
     """`raw` (a JSON object) with these top-level fields set, every other byte as it was;
-    fields already holding their value leave it byte for byte the same."""
+    fields already holding their value leave it byte for byte the same. `read`: some
+    top-level fields as json.loads reads them, which spares decoding the rest of the body."""
     text = raw.decode("utf-8")
-    spans = _spans(text, set(fields))
-    edits: list[tuple[int, int, str]] = []
-    added: list[str] = []
+    spans = _spans(text, set(fields), read, raw)
+    ascii_only = raw.isascii()  # else a place in the text is another in the bytes
+
+    def in_bytes(at: int) -> int:
+        return at if ascii_only else len(text[:at].encode("utf-8"))
+
+    edits: list[tuple[int, int, bytes]] = []
+    added: list[bytes] = []
     for name, value in fields.items():
-        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if name in spans:
             start, end = spans[name]
             current = json.loads(text[start:end])
             if current != value or type(current) is not type(value):
-                edits.append((start, end, encoded))
+                edits.append((in_bytes(start), in_bytes(end), encoded))
         else:
-            added.append(json.dumps(name) + ":" + encoded)
-    if not edits and not added:
-        return raw
+            added.append(json.dumps(name).encode() + b":" + encoded)
+    # Edited as bytes: the body's text is not built again, nor encoded (slow for a text
+    # that is not all ASCII).
     for start, end, encoded in sorted(edits, reverse=True):
-        text = text[:start] + encoded + text[end:]
+        raw = raw[:start] + encoded + raw[end:]
     if added:
-        opening = text.index("{") + 1
-        rest = text[opening:]
-        joiner = "," if rest.strip() != "}" else ""
-        text = text[:opening] + ",".join(added) + joiner + rest
-    return text.encode("utf-8")
+        opening = raw.index(b"{") + 1
+        rest = raw[opening:]
+        joiner = b"," if rest.strip() != b"}" else b""
+        raw = raw[:opening] + b",".join(added) + joiner + rest
+    return raw
 
 
 def native_bytes(native: NativeBody, model: str) -> bytes:
     """The body for the deployment: the client's, with the deployment's model name."""
     fields = {"model": model, **native.overrides}
     try:
-        return with_fields(native.raw, fields)
+        return with_fields(native.raw, fields, native.read)
     except (ValueError, IndexError, RecursionError):
         # Read as JSON already (routing/request_path/payloads.py), so this is not expected; should
         # the scanner ever disagree with json.loads, the body goes re-encoded rather than not.
