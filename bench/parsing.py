@@ -20,9 +20,9 @@ a Messages stream with its ping; a Responses stream with its lifecycle events), 
 two ways: event by event (an upstream that paces its tokens: a read per event) and in one
 read (a fast upstream, or a relay that fell behind: many events in one read).
 
-Printed: µs of CPU per body, per stream and per event, median of `rounds`; with `--baseline REF` the
-taps of git ref REF first (from `git archive`, run in a process of their own), then this
-checkout's.
+Printed: µs of CPU per body, per stream and per event, median of `rounds`; with
+`--baseline REF` those of git ref REF first (from `git archive`, run in a process of their
+own), then this checkout's.
 """
 
 import argparse
