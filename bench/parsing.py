@@ -26,6 +26,7 @@ own), then this checkout's.
 """
 
 import argparse
+import functools
 import inspect
 import json
 import os
@@ -192,6 +193,26 @@ def chat_body(size: int) -> bytes:
 BODIES = {"1 KB": 1_000, "16 KB": 16_000, "120 KB": 120_000}
 
 
+def median_us(run: Callable[[], object], count: int, rounds: int) -> float:
+    """µs of CPU a run takes: the median of `rounds` rounds of `count` runs."""
+    times = []
+    for _ in range(rounds):
+        started = time.process_time()
+        for _ in range(count):
+            run()
+        times.append((time.process_time() - started) / count * 1e6)
+    return statistics.median(times)
+
+
+def relay(new_tap: Callable[[], Any], reads: list[bytes]) -> Any:
+    """A new tap, fed the stream's reads to the end."""
+    tap = new_tap()
+    for read in reads:
+        tap.feed(read)
+    tap.flush()
+    return tap
+
+
 def measure_bodies(rounds: int) -> dict[str, float]:
     from core import fast_json
     from routing.request_path.protocols.native import with_fields
@@ -213,13 +234,7 @@ def measure_bodies(rounds: int) -> dict[str, float]:
             ("read", lambda body=body: fast_json.loads(body)),
             ("model set", lambda body=body: with_fields(body, {"model": "up"}, *read)),
         ):
-            times, count = [], max(20, 4_000_000 // len(body))
-            for _ in range(rounds):
-                started = time.process_time()
-                for _ in range(count):
-                    run()
-                times.append((time.process_time() - started) / count * 1e6)
-            figures[f"{name}, {step}"] = statistics.median(times)
+            figures[f"{name}, {step}"] = median_us(run, max(20, 4_000_000 // len(body)), rounds)
     return figures
 
 
@@ -250,23 +265,11 @@ def measure(tokens: int, rounds: int) -> dict[str, dict[str, float]]:
         events = STREAMS[name](tokens)
         whole = b"".join(events)
         for feeding, reads in (("event by event", events), ("one read", [whole])):
-            tap = new_tap()
-            for read in reads:
-                tap.feed(read)
-            tap.flush()
+            tap = relay(new_tap, reads)
             if tap.usage is None or not tap.model:
                 raise SystemExit(f"{name}: the tap learned no usage or model: not measured")
-            times = []
-            for _ in range(rounds):
-                streams = 2000
-                started = time.process_time()
-                for _ in range(streams):
-                    tap = new_tap()
-                    for read in reads:
-                        tap.feed(read)
-                    tap.flush()
-                times.append((time.process_time() - started) / streams * 1e6)
-            figures.setdefault(name, {})[feeding] = statistics.median(times)
+            run = functools.partial(relay, new_tap, reads)
+            figures.setdefault(name, {})[feeding] = median_us(run, 2000, rounds)
     return figures
 
 

@@ -67,12 +67,13 @@ class StreamTap:
             # An event of another shape (`data:{`, a line that is not JSON): each is read.
             kept = [self._keep(event) for event in events.split(_EVENT_END) if event]
             return b"".join(event + _EVENT_END for event in kept if event is not None)
-        if not (b'"error"' in events or b'"usage":{' in events or b'"usage": {' in events):
+        first = _LOOK_AT.search(events)
+        if first is None:
             self.chunks += chunks  # the common case: nothing to parse, nothing to drop
             return events
         parts: list[bytes] = []
         at = 0
-        for mark in _LOOK_AT.finditer(events):
+        for mark in _LOOK_AT.finditer(events, first.start()):
             if mark.start() < at:
                 continue  # a second mark in an event already read
             before = events.rfind(_EVENT_END, at, mark.start())

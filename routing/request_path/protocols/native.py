@@ -11,6 +11,7 @@ the provider adds next month included, is the client's.
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from core import fast_json
@@ -28,13 +29,13 @@ _decoder = json.JSONDecoder()
 
 
 def _spans(
-    text: str, wanted: set[str], read: dict[str, Any] | None = None, raw: bytes = b""
+    text: str, wanted: set[str], last_here: Callable[[int], bool] = lambda end: False
 ) -> dict[str, tuple[int, int]]:
     """Where the values of the top-level keys in `wanted` sit in a JSON object's text (the
     last of a repeated key, as json.loads reads it); ValueError for text that is not a JSON
-    object. Given `raw` (the text's bytes), it stops once each is found and known to be the
-    last (`_last_here`): a coding agent's turn is 100 KB and more, its model first, and
-    decoding the rest only to skip it cost more than reading the whole body."""
+    object. Once all are found it stops where `last_here(end)` says none of them can repeat
+    after text position `end`: a coding agent's turn is 100 KB and more, its model first,
+    and decoding the rest only to skip it cost more than reading the whole body."""
     spans: dict[str, tuple[int, int]] = {}
     i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
     if text[i : i + 1] != "{":
@@ -53,11 +54,8 @@ def _spans(
         _, end = _decoder.raw_decode(text, start)
         if key in wanted:
             spans[key] = (start, end)
-            if raw and len(spans) == len(wanted):
-                # Where it stands in the bytes: the text before it, encoded.
-                at = end if raw.isascii() else len(text[:end].encode("utf-8"))
-                if all(_last_here(raw, at, k, read or {}) for k in wanted):
-                    return spans
+            if len(spans) == len(wanted) and last_here(end):
+                return spans
         i = _SPACE.match(text, end).end()  # type: ignore[union-attr]
         if text[i : i + 1] == ",":
             i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
@@ -83,14 +81,10 @@ def _last_here(raw: bytes, at: int, key: str, read: dict[str, Any]) -> bool:
         colon = _SPACE_BYTES.match(raw, found + len(quoted)).end()  # type: ignore[union-attr]
         if raw[colon : colon + 1] == b":":
             value = _SPACE_BYTES.match(raw, colon + 1).end()  # type: ignore[union-attr]
-            if key not in read or raw[value : value + 1] == _first_byte(read[key]):
+            if key not in read or raw[value : value + 1] == json.dumps(read[key])[:1].encode():
                 return False
         found = raw.find(quoted, found + 1)
     return True
-
-
-def _first_byte(value: Any) -> bytes:
-    return json.dumps(value)[:1].encode()
 
 
 def with_fields(raw: bytes, fields: dict[str, Any], read: dict[str, Any] | None = None) -> bytes:
@@ -98,12 +92,15 @@ def with_fields(raw: bytes, fields: dict[str, Any], read: dict[str, Any] | None 
     fields already holding their value leave it byte for byte the same. `read`: some
     top-level fields as json.loads reads them, which spares decoding the rest of the body."""
     text = raw.decode("utf-8")
-    spans = _spans(text, set(fields), read, raw)
     ascii_only = raw.isascii()  # else a place in the text is another in the bytes
 
     def in_bytes(at: int) -> int:
         return at if ascii_only else len(text[:at].encode("utf-8"))
 
+    known = read or {}
+    spans = _spans(
+        text, set(fields), lambda end: all(_last_here(raw, in_bytes(end), k, known) for k in fields)
+    )
     edits: list[tuple[int, int, bytes]] = []
     added: list[bytes] = []
     for name, value in fields.items():
