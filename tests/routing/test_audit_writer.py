@@ -10,8 +10,8 @@ from django.db import connection
 
 from core.db import db_read
 from quotas.models import UsageRollup
-from routing.models import CallRecord
-from routing.observability.audit import AuditWriter, CallLog, _write
+from routing.models import Attempt, CallRecord
+from routing.observability.audit import AttemptLog, AuditWriter, CallLog, _write
 
 
 def _call(model: str = "fast", prefix: str | None = None) -> CallLog:
@@ -55,6 +55,20 @@ def test_any_error_writing_a_batch_isolates_the_bad_row_and_writes_the_rest():
     _write(calls)  # never raises for a bad row
     assert _written(calls) == {calls[0].request_id, calls[2].request_id}
     assert UsageRollup.objects.get(key_prefix=prefix).requests == 2
+
+
+@pytest.mark.django_db
+def test_a_batch_larger_than_one_statement_is_written_whole_and_once():
+    """Rows go many to a statement (SQLite's driver takes 999 parameters: 27 calls); a
+    batch written again, as after a commit whose answer was lost, adds nothing."""
+    prefix = uuid.uuid4().hex[:12]
+    calls = [_call(prefix=prefix) for _ in range(70)]
+    for call in calls:
+        call.attempts = [AttemptLog(1, "small", call.created_at, status_code=200)]
+    _write(calls)
+    _write(calls[:40])
+    assert _written(calls) == {c.request_id for c in calls}
+    assert Attempt.objects.filter(call__key_prefix=prefix).count() == 70
 
 
 @pytest.mark.django_db(transaction=True)
