@@ -173,3 +173,27 @@ def test_the_daily_rollup_migration_fills_the_days_from_existing_hours(
         ["2026-11-01", "k2", 7, "0.10000001", 7, 4, 9],
         ["2026-11-02", "k1", 11, "0.10000001", 11, 4, 9],
     ]
+
+
+@pytest.mark.django_db
+def test_no_index_of_the_audit_table_is_the_start_of_another() -> None:
+    """Every index of a call's row is written on every call: one whose columns begin
+    another's serves no lookup the longer one does not. (PostgreSQL's `_like` indexes
+    serve prefix searches under any collation: not counted.)"""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, "routing_callrecord")
+    indexes = {
+        name: tuple(c["columns"])
+        for name, c in found.items()
+        if c["index"] and not c["primary_key"] and not name.endswith("_like")
+    }
+    assert len(indexes) >= 6
+    covered = [
+        (name, other)
+        for name, columns in indexes.items()
+        for other, longer in indexes.items()
+        if other != name and longer[: len(columns)] == columns
+    ]
+    assert covered == []
