@@ -228,9 +228,14 @@ def _adapter(field: Any, db: Any) -> Any:
     if not isinstance(field, DateTimeField):
         return lambda value: prepared(value, db)
     adapt = db.ops.adapt_datetimefield_value
+    # SQLite stores a UTC time as its naive text when the connection's zone is UTC (the
+    # backend's adaptation checks settings and converts zones for every value).
+    utc_text = db.vendor == "sqlite" and db.timezone is UTC
 
     def datetime_value(value: Any) -> Any:
         if type(value) is datetime and value.tzinfo is not None:
+            if utc_text and value.tzinfo is UTC:
+                return str(value.replace(tzinfo=None))
             return adapt(value)
         return prepared(value, db)
 
@@ -269,20 +274,23 @@ def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) 
     )
     one_row = "({})".format(", ".join(["%s"] * len(fields)))
     tail = ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
-    with connection.cursor() as cursor:
-        if connection.vendor != "sqlite":
-            # psycopg sends every row in one pipeline; one statement of many rows, quoted
-            # on the client, cost it twice the CPU.
+    if connection.vendor != "sqlite":
+        # psycopg sends every row in one pipeline; one statement of many rows, quoted on
+        # the client, cost it twice the CPU.
+        with connection.cursor() as cursor:
             cursor.executemany(f"{head}{one_row} {tail}", values)
-            return
-        # SQLite's driver lets go of the GIL around each run of a statement and takes it
-        # back from the busy event loop: executemany, a run a row, forced the loop to
-        # switch once a row. Many rows to a statement.
-        per_statement = max(1, ops.bulk_batch_size(fields, values))
+        return
+    # SQLite's driver lets go of the GIL around each run of a statement and takes it back
+    # from the busy event loop: executemany, a run a row, forced the loop to switch once a
+    # row. Many rows to a statement, in the driver's own placeholders: Django's cursor
+    # would rewrite every one of them with a regular expression, on every statement.
+    one_row = one_row.replace("%s", "?")
+    per_statement = max(1, ops.bulk_batch_size(fields, values))
+    with connection.wrap_database_errors:
         for start in range(0, len(values), per_statement):
             chunk = values[start : start + per_statement]
             sql = f"{head}{', '.join([one_row] * len(chunk))} {tail}"
-            cursor.execute(sql, [value for row in chunk for value in row])
+            connection.connection.execute(sql, [value for row in chunk for value in row])
 
 
 _ATTEMPT_COUNTER = {

@@ -3,6 +3,7 @@ whatever the driver raises, and strings a database cannot store are made storabl
 
 import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -69,6 +70,30 @@ def test_a_batch_larger_than_one_statement_is_written_whole_and_once():
     _write(calls[:40])
     assert _written(calls) == {c.request_id for c in calls}
     assert Attempt.objects.filter(call__key_prefix=prefix).count() == 70
+
+
+@pytest.mark.django_db
+def test_a_call_s_times_read_back_as_the_instants_written_whatever_their_zone():
+    """UTC times take a shorter way to the database than times in other zones; both, and a
+    time on a whole second (no fraction in its text), must come back as the same instant,
+    and sort and filter by time as the ORM's own rows do."""
+    moments = [
+        datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, 30, 15, tzinfo=UTC),
+        datetime(2026, 3, 1, 14, 30, 16, 5, tzinfo=timezone(timedelta(hours=2))),
+    ]
+    calls = [_call() for _ in moments]
+    for call, moment in zip(calls, moments, strict=True):
+        call.created_at = moment
+        call.attempts = [AttemptLog(1, "small", moment, status_code=200)]
+    _write(calls)
+    for call, moment in zip(calls, moments, strict=True):
+        record = CallRecord.objects.get(request_id=call.request_id)
+        assert record.created_at == moment
+        assert Attempt.objects.get(call=record).started_at == moment
+    ids = [c.request_id for c in calls]
+    later = CallRecord.objects.filter(request_id__in=ids, created_at__gt=moments[0])
+    assert list(later.order_by("created_at").values_list("request_id", flat=True)) == ids[2:]
 
 
 @pytest.mark.django_db(transaction=True)
