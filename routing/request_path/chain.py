@@ -452,12 +452,18 @@ class ChainWalk:
         started = time.perf_counter()
         body = upstream_body(self.request, deployment.model)
         trace = self.call.trace
+        streamed = self.request.stream
         loop_deadline = asyncio.get_running_loop().time() + (due - time.monotonic())
-        # The attempt's deadline bounds the wait for the answer's head (and a stream's first
-        # event); a stream's body is then bounded by the upstream's read timeout between
-        # chunks instead. When it is that deadline that ends the wait (not the upstream's
-        # own timeouts), the failure is marked `cut`.
+        # The attempt's deadline bounds the wait for the answer's head and then for a
+        # stream's first event or a whole answer's body (one timer for both: each costs a
+        # call several microseconds); a stream's body is then bounded by the upstream's
+        # read timeout between chunks instead. When it is that deadline that ends the wait
+        # (not the upstream's own timeouts), the failure is marked `cut`.
         deadline = asyncio.timeout_at(loop_deadline)
+        response = None
+        first: bytes | None = None
+        content = b""
+        error_class: ErrorClass | None = None
         try:
             async with deadline:
                 response = await open_response(
@@ -466,36 +472,31 @@ class ChainWalk:
                     body,
                     self.request.account_headers,
                     None if trace is None else trace.upstream_headers(attempt, deployment),
-                    whole=not self.request.stream,
+                    whole=not streamed,
                 )
-        except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
-            failure = self._failed(deployment, attempt, started, transport_error_class(exc))
-            return _cut(failure, deadline)
-        attempt.status_code = response.status
-        if response.status == 200 and self.request.stream:
-            deadline = asyncio.timeout_at(loop_deadline)
-            try:
-                async with deadline:
+                attempt.status_code = response.status
+                streamed = streamed and response.status == 200
+                if streamed:
                     first = await first_event(response)
-            except UpstreamError as exc:
-                response.close()
+                else:
+                    content = await response.read()
+        except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
+            if response is None or streamed:
+                if response is not None:
+                    response.close()
                 failure = self._failed(deployment, attempt, started, transport_error_class(exc))
                 return _cut(failure, deadline)
+            error_class = transport_error_class(exc)
+        finally:
+            if response is not None and not streamed:
+                response.release()
+        if streamed:
             if first is None:  # not an event stream of JSON: like a malformed body
                 response.close()
                 return self._failed(deployment, attempt, started, ErrorClass.MALFORMED, 200)
             return OpenStream(deployment, response, attempt, started, first=first)
-        deadline = asyncio.timeout_at(loop_deadline)
-        try:
-            async with deadline:
-                content = await response.read()
-        except UpstreamError as exc:  # aiohttp errors and timeouts, ours included
-            error_class: ErrorClass | None = transport_error_class(exc)
-            content = b""
-        else:
+        if error_class is None:
             error_class = classify_status(response.status, content)
-        finally:
-            response.release()
         payload = None
         if error_class is None:
             payload = json_object(content)

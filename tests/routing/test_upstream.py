@@ -2,10 +2,12 @@
 upstream closed while we reused it (its idle timeout ran out first) is replaced once,
 without an attempt lost; it reuses its connections, reads every way of ending a body, hands
 a stream over as it comes (and stops reading one whose reader falls behind), and fails with
-aiohttp's errors, so the chain walk classifies its failures as before."""
+aiohttp's errors, so the chain walk classifies its failures as before; the walk's attempt
+keeps the answer's status when its body fails, and is `cut` when its own deadline ends it."""
 
 import asyncio
 import gzip
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -13,9 +15,14 @@ from decimal import Decimal
 import aiohttp
 import pytest
 
-from routing.catalog.specs import DeploymentSpec, UpstreamSpec
+from accounts.models import Fallback
+from routing.catalog.specs import DeploymentSpec, RetryPolicy, RouteSpec, UpstreamSpec
 from routing.deployment_state import Limits
+from routing.deployment_state.slot_policy import ANYONE
+from routing.observability.audit import AttemptLog, CallLog
+from routing.request_path.chain import Answer, ChainWalk, Failure
 from routing.request_path.classify import ErrorClass
+from routing.request_path.payloads import Endpoint, parse_request
 from routing.request_path.upstream import close_sessions, open_response, transport_error_class
 
 ANSWER = b'{"ok": true}'
@@ -377,3 +384,49 @@ async def test_a_gzipped_stream_is_decoded(scripted):
         received += data
     response.release()
     assert received == b"data: 1\n\ndata: [DONE]\n\n"
+
+
+async def _attempt(served: Scripted, within: float) -> tuple[Answer | Failure, AttemptLog]:
+    """One attempt of a chain walk at the scripted upstream, its answer due `within` s."""
+    deployment = served.deployment()
+    call = CallLog(request_id="req_test", endpoint="chat/completions", client_ip=None)
+    request = parse_request(
+        Endpoint.CHAT, b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    )
+    policy = RetryPolicy(60.0, 1, 0.1, 1.0, 1.0)
+    route = RouteSpec("raw", (deployment,), policy)
+    due = time.monotonic() + within
+    walk = ChainWalk(call, route, request, Fallback.ANY, due, ANYONE)
+    attempt = AttemptLog(1, deployment.name, call.created_at)
+    return await walk._send(deployment, attempt, due), attempt
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("script", "status", "error_class", "cut"),
+    [
+        # The head, then the body ends early: the upstream failed, and answered 200 first.
+        (b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"partial', 200, "connection", False),
+        # The head, then a body that never comes: the attempt's own deadline ends it.
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n", 200, "read_timeout", True),
+        # Nothing at all: no status, the deadline again.
+        (b"", None, "read_timeout", True),
+    ],
+    ids=["body cut", "body late", "head late"],
+)
+async def test_a_whole_answer_failing_after_its_head_keeps_its_status_and_knows_who_ended_it(
+    scripted, script, status, error_class, cut
+):
+    async def answer(reader, writer):
+        writer.write(script)
+        await writer.drain()
+        if script.endswith(b"partial"):
+            writer.transport.abort()
+        else:
+            await asyncio.sleep(5)
+
+    failure, attempt = await _attempt(await scripted(answer), within=0.3)
+    assert isinstance(failure, Failure)
+    assert (failure.status, attempt.status_code) == (status, status)
+    assert (failure.error_class.value, attempt.error_class) == (error_class, error_class)
+    assert failure.cut is cut
