@@ -96,7 +96,9 @@ def test_300_mb_to_the_api_without_credentials_is_a_413_in_the_apis_shape(
     assert b'"code": "request_too_large"' in answer and b'"type": "invalid_request_error"' in answer
 
 
-@pytest.mark.parametrize("path", ["/login/", "/api/v1/teams/", "/admin/login/"])
+@pytest.mark.parametrize(
+    "path", ["/login/", "/api/v1/teams/", "/admin/login/", "/v1/chat/completions"]
+)
 def test_a_body_trickled_a_byte_at_a_time_is_cut_after_the_body_deadline(
     bounded_gateway: GatewayHandle, path: str
 ) -> None:
