@@ -272,9 +272,10 @@ def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) 
         ops.quote_name(model._meta.db_table),
         ", ".join(ops.quote_name(f.column) for f in fields),
     )
-    one_row = "({})".format(", ".join(["%s"] * len(fields)))
+    sqlite = connection.vendor == "sqlite"  # its driver's own placeholders: see below
+    one_row = "({})".format(", ".join(["?" if sqlite else "%s"] * len(fields)))
     tail = ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
-    if connection.vendor != "sqlite":
+    if not sqlite:
         # psycopg sends every row in one pipeline; one statement of many rows, quoted on
         # the client, cost it twice the CPU.
         with connection.cursor() as cursor:
@@ -282,9 +283,8 @@ def _insert_ignoring_duplicates(model: type[Model], rows: list[dict[str, Any]]) 
         return
     # SQLite's driver lets go of the GIL around each run of a statement and takes it back
     # from the busy event loop: executemany, a run a row, forced the loop to switch once a
-    # row. Many rows to a statement, in the driver's own placeholders: Django's cursor
-    # would rewrite every one of them with a regular expression, on every statement.
-    one_row = one_row.replace("%s", "?")
+    # row. Many rows to a statement, on the driver's connection: Django's cursor would
+    # rewrite every placeholder with a regular expression, on every statement.
     per_statement = max(1, ops.bulk_batch_size(fields, values))
     with connection.wrap_database_errors:
         for start in range(0, len(values), per_statement):

@@ -401,7 +401,6 @@ async def _attempt(served: Scripted, within: float) -> tuple[Answer | Failure, A
     return await walk._send(deployment, attempt, due), attempt
 
 
-@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("script", "status", "error_class", "cut"),
     [
