@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "core",
     "accounts",
     "quotas",
     "routing",
@@ -198,10 +199,15 @@ SLUICE_MAX_BODY_BYTES = int(os.environ.get("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 
 # or editing a route takes effect on every worker within this many seconds.
 SLUICE_KEY_CACHE_SECONDS = float(os.environ.get("SLUICE_KEY_CACHE_SECONDS", 2))
 SLUICE_CATALOG_CACHE_SECONDS = float(os.environ.get("SLUICE_CATALOG_CACHE_SECONDS", 2))
-# With Redis, while a worker's listener proves it has heard every change up to within the
-# times above, it keeps those values this long instead (core/refresh.py): changes still
-# reach it at once; this only bounds a change made behind Sluice's back. 0: off.
+# While a worker proves it has heard every change up to within the times above (with
+# Redis its listener, without it the change log it reads), it keeps those values this long
+# instead (core/refresh.py): changes still reach it at once; this only bounds a change
+# made behind Sluice's back. 0: off.
 SLUICE_CACHE_TRUSTED_SECONDS = float(os.environ.get("SLUICE_CACHE_TRUSTED_SECONDS", 30))
+# Without Redis, how often a worker reads the database's change log (core/change_log.py):
+# a change another process makes (a management command, the batch runner) reaches it
+# within this.
+SLUICE_CHANGE_POLL_SECONDS = float(os.environ.get("SLUICE_CHANGE_POLL_SECONDS", 0.5))
 # How long a call waits on the database for something it needs and no worker has cached
 # (a key seen for the first time): past it, 503 with Retry-After.
 SLUICE_DB_REQUEST_SECONDS = float(os.environ.get("SLUICE_DB_REQUEST_SECONDS", 2))

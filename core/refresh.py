@@ -237,8 +237,9 @@ _publisher: Any = None
 
 
 def invalidate(*names: str) -> None:
-    """Drop these kinds of values here and (with Redis) on every worker, once the current
-    transaction commits: the next request reads the change."""
+    """Drop these kinds of values here and in every other process (through Redis, else the
+    database's change log: core/change_log.py), once the current transaction commits: the
+    next request reads the change."""
     from django.db import transaction
 
     transaction.on_commit(lambda: _invalidate_now(names))
@@ -251,6 +252,15 @@ def _invalidate_now(names: Iterable[str]) -> None:
     names = tuple(names)
     drop_local(names)
     if not settings.REDIS_URL:
+        from django.db import DatabaseError
+
+        from core.change_log import publish
+
+        try:
+            publish(names)
+        except DatabaseError as exc:
+            # The other processes drop the value within its time to live.
+            log.warning("could not tell the other processes to drop %s (%s)", ", ".join(names), exc)
         return
     from redis.exceptions import RedisError
 

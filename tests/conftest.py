@@ -48,6 +48,16 @@ def django_db_modify_db_settings() -> None:
     settings.DATABASES["default"].get("OPTIONS", {}).pop("pool", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_change_reader() -> None:
+    """Tests in this process read no change log (core/change_log.py) unless they ask: a
+    reader would vouch for changes (the caches' trusted time to live) across tests. The
+    gateways the end-to-end tests start read it, as deployed."""
+    from django.conf import settings
+
+    settings.SLUICE_CHANGE_POLL_SECONDS = 0
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(
     django_test_environment: None, django_db_blocker: Any, django_db_modify_db_settings: None

@@ -3,6 +3,7 @@ choosing one imports no module that imports this one)."""
 
 from django.conf import settings
 
+from core.change_log import change_reader
 from routing.deployment_state.grant_listener import grant_listener
 from routing.deployment_state.interface import DeploymentState
 from routing.deployment_state.local import LocalDeploymentState
@@ -28,11 +29,14 @@ def deployment_state() -> DeploymentState:
 
 
 def listen_for_changes() -> None:
-    """With Redis, this worker listens for grants and invalidations (from its first
-    request on); without, there is one worker and a change drops its values directly."""
+    """From this process's first request on: with Redis, it listens for grants and
+    invalidations; without, it reads the changes other processes write to the database
+    (a change made here drops its values directly)."""
     if settings.REDIS_URL:
         from routing.deployment_state.redis import RedisDeploymentState
 
         state = deployment_state()
         if isinstance(state, RedisDeploymentState):
             grant_listener(state).start()
+    elif settings.SLUICE_CHANGE_POLL_SECONDS > 0:
+        change_reader().start()

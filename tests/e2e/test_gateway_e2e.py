@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -9,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support import GatewayHandle, SimulatorHandle, wait_until
+from tests.support import ROOT, GatewayHandle, SimulatorHandle, start_gateway, wait_until
 
 REDIS = bool(os.environ.get("REDIS_URL"))
 
@@ -165,6 +167,38 @@ def test_revoked_key_is_refused_within_five_seconds(gateway, issue_key, committe
 
     wait_until(refused, timeout=5, every=0.2)
     assert time.monotonic() - revoked_at < 5
+
+
+def test_without_redis_a_key_revoked_by_another_process_is_refused_at_once(
+    e2e_database: str, issue_key, committed_db
+):
+    """The gateway keeps a key for 60 s; `manage.py revoke_key`, a process of its own,
+    writes the change to the database's change log, which the gateway reads twice a
+    second. Without the log the key would be served until its 60 s were up."""
+    no_redis = {"REDIS_URL": "", "DATABASE_URL": e2e_database}
+    gateway = start_gateway(e2e_database, extra_env={**no_redis, "SLUICE_KEY_CACHE_SECONDS": "60"})
+    handle = next(gateway)
+    try:
+        key = issue_key()
+        client = openai.OpenAI(base_url=f"{handle.url}/v1", api_key=key.plaintext, max_retries=0)
+        client.chat.completions.create(model="fast", messages=MESSAGES)  # now cached as valid
+        subprocess.run(
+            [sys.executable, "manage.py", "revoke_key", key.prefix],
+            cwd=ROOT, env=os.environ | no_redis, check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        revoked_at = time.monotonic()
+
+        def refused() -> bool:
+            try:
+                client.chat.completions.create(model="fast", messages=MESSAGES)
+            except openai.AuthenticationError:
+                return True
+            return False
+
+        wait_until(refused, timeout=10, every=0.1)
+        assert time.monotonic() - revoked_at < 3
+    finally:
+        next(gateway, None)
 
 
 def test_expired_key_is_refused(gateway, issue_key, committed_db):
