@@ -227,7 +227,10 @@ class CallRecord(models.Model):
 class Attempt(models.Model):
     """One row per try at one deployment within a call."""
 
-    call = models.ForeignKey(CallRecord, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: the unique (call, number) index serves every lookup by call.
+    call = models.ForeignKey(
+        CallRecord, on_delete=models.CASCADE, related_name="attempts", db_index=False
+    )
     number = models.PositiveSmallIntegerField()
     deployment = models.CharField(max_length=50)
     started_at = models.DateTimeField()
