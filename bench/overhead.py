@@ -160,6 +160,8 @@ class Run:
         path: str = "/v1/chat/completions",
         **extra: object,
     ) -> tuple[LoadResult, float | None]:
+        if "paced" in extra:
+            return self.paced(port, model, headers, float(extra["paced"]))  # type: ignore[arg-type]
         body = {**CHAT, "model": model, **extra}
         if path == "/v1/messages":
             body["max_tokens"] = 16
@@ -174,6 +176,24 @@ class Run:
             pids=self.pids if cpu else None,
             path=path,
         )
+
+    def paced(
+        self, port: int, model: str, headers: dict[str, str], rate: float
+    ) -> tuple[LoadResult, float | None]:
+        """Chat calls arriving at `rate` a second (Poisson) for the run's seconds, after a
+        warm-up second; the gateway's CPU per call over that time."""
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        key = headers["Authorization"].removeprefix("Bearer ")
+        warm, load = (
+            Load(rate, s, {"bench": 1.0}, interactive_share=1.0) for s in (1, self.seconds)
+        )
+        asyncio.run(fire(url, {"bench": key}, warm.arrivals, model=model))
+        before = cpu_seconds(self.pids)
+        results = asyncio.run(fire(url, {"bench": key}, load.arrivals, model=model))
+        cpu = cpu_seconds(self.pids) - before
+        served = [r.latency for r in results if r.served]
+        measured = LoadResult(latencies=served, statuses={200: len(served)}, elapsed=self.seconds)
+        return measured, cpu * 1000 / len(served) if served else None
 
 
 def ceiling(run: Run) -> None:
@@ -298,6 +318,7 @@ AGENT_TURN = {
     k: v for k, v in json.loads(agent_body(120_000)).items() if k not in ("model", "stream")
 }
 CHAT_TURN = {"messages": json.loads(chat_body(120_000))["messages"]}
+PACED = 200  # calls a second
 VERSUS = [
     ("chat", "zero", "/v1/chat/completions", {}),
     ("chat, streaming", "zero", "/v1/chat/completions", {"stream": True}),
@@ -307,6 +328,9 @@ VERSUS = [
     ("messages → anthropic, 120 KB", "zero-anthropic", "/v1/messages", AGENT_TURN),
     ("responses → responses", "zero-responses", "/v1/responses", {}),
     ("chat, 100 ms upstream", "slow", "/v1/chat/completions", {}),
+    # Open loop at a steady rate: what a worker spends each second besides its calls
+    # (reloads, timers, collectors) shows in the CPU of each call.
+    (f"chat, {PACED} a second", "zero", "/v1/chat/completions", {"paced": PACED}),
 ]
 
 
