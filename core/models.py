@@ -10,4 +10,4 @@ class Change(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
-        return self.words
+        return str(self.words)

@@ -234,6 +234,14 @@ def invalidation_channel() -> str:
 
 
 _publisher: Any = None
+# Without Redis, what writes a change to the database's change log (core/change_log.py,
+# which imports this module: it is handed over when the app is ready).
+_database_publisher: Callable[[tuple[str, ...]], None] | None = None
+
+
+def publish_without_redis(publisher: Callable[[tuple[str, ...]], None]) -> None:
+    global _database_publisher
+    _database_publisher = publisher
 
 
 def invalidate(*names: str) -> None:
@@ -254,10 +262,9 @@ def _invalidate_now(names: Iterable[str]) -> None:
     if not settings.REDIS_URL:
         from django.db import DatabaseError
 
-        from core.change_log import publish
-
         try:
-            publish(names)
+            if _database_publisher is not None:
+                _database_publisher(names)
         except DatabaseError as exc:
             # The other processes drop the value within its time to live.
             log.warning("could not tell the other processes to drop %s (%s)", ", ".join(names), exc)
