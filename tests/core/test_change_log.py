@@ -14,22 +14,12 @@ from core.change_log import ChangeReader, publish
 from core.db import db_write
 from core.models import Change
 from core.refresh import RefreshingCache, changes_heard, heard
+from tests.support.caches import Source
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the reader's thread sees commits only
 
 TTL = 0.3
 TRUSTED = 60.0
-
-
-class Source:
-    """What the database holds; counts the reads."""
-
-    def __init__(self, value: str) -> None:
-        self.value, self.reads = value, 0
-
-    async def load(self) -> str:
-        self.reads += 1
-        return self.value
 
 
 def cache(kind: str, ttl: float = TTL) -> RefreshingCache[str]:

@@ -157,16 +157,16 @@ def test_revoked_key_is_refused_within_five_seconds(gateway, issue_key, committe
 
     key_revoke(prefix=key.prefix)
     revoked_at = time.monotonic()
-
-    def refused() -> bool:
-        try:
-            client.chat.completions.create(model="fast", messages=MESSAGES)
-        except openai.AuthenticationError:
-            return True
-        return False
-
-    wait_until(refused, timeout=5, every=0.2)
+    wait_until(lambda: _refused(client), timeout=5, every=0.2)
     assert time.monotonic() - revoked_at < 5
+
+
+def _refused(client: openai.OpenAI) -> bool:
+    try:
+        client.chat.completions.create(model="fast", messages=MESSAGES)
+    except openai.AuthenticationError:
+        return True
+    return False
 
 
 def test_without_redis_a_key_revoked_by_another_process_is_refused_at_once(
@@ -187,15 +187,7 @@ def test_without_redis_a_key_revoked_by_another_process_is_refused_at_once(
             cwd=ROOT, env=os.environ | no_redis, check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         revoked_at = time.monotonic()
-
-        def refused() -> bool:
-            try:
-                client.chat.completions.create(model="fast", messages=MESSAGES)
-            except openai.AuthenticationError:
-                return True
-            return False
-
-        wait_until(refused, timeout=10, every=0.1)
+        wait_until(lambda: _refused(client), timeout=10, every=0.1)
         assert time.monotonic() - revoked_at < 3
     finally:
         next(gateway, None)

@@ -13,22 +13,12 @@ import redis
 
 from core.refresh import RefreshingCache, changes_heard, heard, invalidation_channel
 from routing.deployment_state.grant_listener import PING_SECONDS, GrantListener
+from tests.support.caches import Source
 
 pytestmark = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs REDIS_URL")
 
 TTL = 1.0
 TRUSTED = 60.0
-
-
-class Source:
-    """What the database holds; counts the reads."""
-
-    def __init__(self, value: str) -> None:
-        self.value, self.reads = value, 0
-
-    async def load(self) -> str:
-        self.reads += 1
-        return self.value
 
 
 def cache(kind: str = "keys") -> RefreshingCache[str]:
