@@ -161,7 +161,7 @@ class Run:
         **extra: object,
     ) -> tuple[LoadResult, float | None]:
         if "paced" in extra:
-            return self.paced(port, model, headers, float(extra["paced"]))  # type: ignore[arg-type]
+            return self.paced(port, model, headers, float(str(extra["paced"])))
         body = {**CHAT, "model": model, **extra}
         if path == "/v1/messages":
             body["max_tokens"] = 16
