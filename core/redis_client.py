@@ -101,8 +101,11 @@ def redis_client(url: str) -> aredis.Redis:
             pool = aredis.BlockingConnectionPool.from_url(url, **pool_options, **timeouts)
             client = aredis.Redis(connection_pool=pool)
         else:
-            sentinel = AsyncSentinel(  # type: ignore[no-untyped-call]  # redis-py: unannotated
-                target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **timeouts
+            sentinel = AsyncSentinel(
+                target.sentinels,
+                sentinel_kwargs=target.sentinel_kwargs(),
+                socket_timeout=SOCKET_TIMEOUT,
+                socket_connect_timeout=SOCKET_TIMEOUT,
             )
             master_options: dict[str, Any] = {**target.connection_kwargs(), **pool_options}
             client = sentinel.master_for(
@@ -118,12 +121,13 @@ def sync_redis_client(url: str) -> redis.Redis:
     timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
     if target is None:
         return redis.Redis.from_url(url, **timeouts)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py: unannotated
-        target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **timeouts
+    sentinel = Sentinel(
+        target.sentinels,
+        sentinel_kwargs=target.sentinel_kwargs(),
+        socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=SOCKET_TIMEOUT,
     )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.master, **target.connection_kwargs()
-    )
+    client: redis.Redis = sentinel.master_for(target.master, **target.connection_kwargs())
     return client
 
 
@@ -135,9 +139,7 @@ class UrlConnectionPool:
         target = sentinel_target(url)
         if target is None:
             return redis.ConnectionPool.from_url(url, **options)
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py: unannotated
-            target.sentinels, sentinel_kwargs=target.sentinel_kwargs()
-        )
+        sentinel = Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs())
         kwargs = {"socket_timeout": SOCKET_TIMEOUT, **target.connection_kwargs(), **options}
         return SentinelConnectionPool(  # type: ignore[no-untyped-call]
             target.master, sentinel, **kwargs

@@ -275,7 +275,7 @@ class ScriptWire:
         options = self._options
         if self._target is not None:
             if self._sentinel is None:
-                self._sentinel = AsyncSentinel(  # type: ignore[no-untyped-call]
+                self._sentinel = AsyncSentinel(
                     self._target.sentinels,
                     sentinel_kwargs=self._target.sentinel_kwargs(),
                     socket_timeout=SOCKET_TIMEOUT,

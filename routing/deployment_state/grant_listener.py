@@ -156,7 +156,7 @@ class GrantListener:
                 # cancelled listener, and with it a worker's shutdown, waiting.
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(CLOSE_SECONDS):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py: unannotated
+                        await pubsub.aclose()
 
     async def _ping(self, pubsub: Any) -> None:
         """Ask Redis every PING_SECONDS to answer with the time asked (the listener's loop
