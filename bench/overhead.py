@@ -161,7 +161,7 @@ class Run:
         **extra: object,
     ) -> tuple[LoadResult, float | None]:
         if "paced" in extra:
-            return self.paced(port, model, headers, float(str(extra["paced"])))
+            return self.paced(port, model, headers, PACED)
         body = {**CHAT, "model": model, **extra}
         if path == "/v1/messages":
             body["max_tokens"] = 16
@@ -330,7 +330,7 @@ VERSUS = [
     ("chat, 100 ms upstream", "slow", "/v1/chat/completions", {}),
     # Open loop at a steady rate: what a worker spends each second besides its calls
     # (reloads, timers, collectors) shows in the CPU of each call.
-    (f"chat, {PACED} a second", "zero", "/v1/chat/completions", {"paced": PACED}),
+    (f"chat, {PACED} a second", "zero", "/v1/chat/completions", {"paced": True}),
 ]
 
 

@@ -24,6 +24,11 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 SENTINEL_SCHEME = "redis+sentinel"
 # How long Sluice waits on Redis: past this it is down (core/redis_down.py decides what then).
 SOCKET_TIMEOUT = 2.0
+# Both, as the clients' keyword arguments (Any: they sit among arguments of other types).
+TIMEOUTS: dict[str, Any] = {
+    "socket_timeout": SOCKET_TIMEOUT,
+    "socket_connect_timeout": SOCKET_TIMEOUT,
+}
 # A sentinel that does not answer this fast is skipped for the next one.
 SENTINEL_TIMEOUT = 1.0
 
@@ -95,17 +100,13 @@ def redis_client(url: str) -> aredis.Redis:
         # per-worker fallback. Commands take well under a millisecond, so 16 suffice; a
         # Redis that does not answer within 2 s is treated as down.
         pool_options = {"max_connections": 16, "timeout": 5.0}
-        timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
         target = sentinel_target(url)
         if target is None:
-            pool = aredis.BlockingConnectionPool.from_url(url, **pool_options, **timeouts)
+            pool = aredis.BlockingConnectionPool.from_url(url, **pool_options, **TIMEOUTS)
             client = aredis.Redis(connection_pool=pool)
         else:
             sentinel = AsyncSentinel(
-                target.sentinels,
-                sentinel_kwargs=target.sentinel_kwargs(),
-                socket_timeout=SOCKET_TIMEOUT,
-                socket_connect_timeout=SOCKET_TIMEOUT,
+                target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **TIMEOUTS
             )
             master_options: dict[str, Any] = {**target.connection_kwargs(), **pool_options}
             client = sentinel.master_for(
@@ -118,15 +119,9 @@ def redis_client(url: str) -> aredis.Redis:
 def sync_redis_client(url: str) -> redis.Redis:
     """A blocking client (management commands, the capacity alert's thread, publishers)."""
     target = sentinel_target(url)
-    timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
     if target is None:
-        return redis.Redis.from_url(url, **timeouts)
-    sentinel = Sentinel(
-        target.sentinels,
-        sentinel_kwargs=target.sentinel_kwargs(),
-        socket_timeout=SOCKET_TIMEOUT,
-        socket_connect_timeout=SOCKET_TIMEOUT,
-    )
+        return redis.Redis.from_url(url, **TIMEOUTS)
+    sentinel = Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(), **TIMEOUTS)
     client: redis.Redis = sentinel.master_for(target.master, **target.connection_kwargs())
     return client
 
