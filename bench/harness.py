@@ -119,15 +119,18 @@ class Stack:
         http: str = "config.http_protocol:SluiceHttpProtocol",
         source: Path = ROOT,
         extra: tuple[str, ...] = (),
+        wrapper: tuple[str, ...] = (),
     ) -> tuple[str, list[int]]:
         """Start Sluice under uvicorn (as the production line of docs/operations.md; `http`
         names uvicorn's protocol; from `source`: another checkout for a baseline; `extra`:
-        more uvicorn options, say `--backlog`); its base URL and process ids."""
+        more uvicorn options, say `--backlog`; `wrapper`: a command it runs under, say
+        valgrind); its base URL and process ids."""
         if not (source / "config" / "http_protocol.py").exists():
             http = "httptools"  # a baseline from before Sluice had its own protocol
         port = free_port()
         proc = subprocess.Popen(
             [
+                *wrapper,
                 sys.executable,
                 "-m",
                 "uvicorn",
@@ -150,7 +153,7 @@ class Stack:
         )
         self.procs.append(proc)
         url = f"http://127.0.0.1:{port}"
-        wait_ready(f"{url}/healthz", proc)
+        wait_ready(f"{url}/healthz", proc, timeout=120 if wrapper else 30)
         time.sleep(0.5)  # workers finish starting
         return url, process_tree(proc)
 

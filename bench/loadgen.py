@@ -8,6 +8,7 @@ Parses Content-Length and chunked bodies; that is all the gateway and simulator 
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -71,11 +72,11 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 
 async def _connection(
-    host: str, port: int, request: bytes, deadline: float, result: LoadResult
+    host: str, port: int, request: bytes, more: Callable[[], bool], result: LoadResult
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
-        while time.perf_counter() < deadline:
+        while more():
             started = time.perf_counter()
             writer.write(request)
             try:
@@ -95,11 +96,31 @@ async def _connection(
 async def run_load(
     host: str, port: int, request: bytes, *, concurrency: int, seconds: float
 ) -> LoadResult:
+    deadline = time.perf_counter() + seconds
+    return await _load(host, port, request, concurrency, lambda: time.perf_counter() < deadline)
+
+
+async def run_calls(
+    host: str, port: int, request: bytes, *, concurrency: int, calls: int
+) -> LoadResult:
+    """`calls` requests in all, whatever they take (a run under valgrind, say)."""
+    left = calls
+
+    def more() -> bool:
+        nonlocal left
+        left -= 1
+        return left >= 0
+
+    return await _load(host, port, request, concurrency, more)
+
+
+async def _load(
+    host: str, port: int, request: bytes, concurrency: int, more: Callable[[], bool]
+) -> LoadResult:
     result = LoadResult()
     started = time.perf_counter()
-    deadline = started + seconds
     await asyncio.gather(
-        *(_connection(host, port, request, deadline, result) for _ in range(concurrency))
+        *(_connection(host, port, request, more, result) for _ in range(concurrency))
     )
     result.elapsed = time.perf_counter() - started
     return result

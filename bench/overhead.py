@@ -108,6 +108,15 @@ team = "bench"
 """
 
 
+def call_body(model: str, path: str, extra: dict) -> dict:
+    """A short call's body in the shape of the endpoint at `path`."""
+    if path == "/v1/messages":
+        return {**CHAT, "model": model, **extra, "max_tokens": 16}
+    if path == "/v1/responses":
+        return {"model": model, "input": CHAT["messages"], **extra}
+    return {**CHAT, "model": model, **extra}
+
+
 def measure(
     port: int,
     body: dict,
@@ -162,14 +171,9 @@ class Run:
     ) -> tuple[LoadResult, float | None]:
         if "paced" in extra:
             return self.paced(port, model, headers, PACED)
-        body = {**CHAT, "model": model, **extra}
-        if path == "/v1/messages":
-            body["max_tokens"] = 16
-        if path == "/v1/responses":
-            body = {"model": model, "input": CHAT["messages"], **extra}
         return measure(
             port,
-            body,
+            call_body(model, path, extra),
             headers,
             concurrency=self.concurrency,
             seconds=self.seconds,
