@@ -34,6 +34,9 @@ import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
+from django.conf import settings
+from django.db import DatabaseError, transaction
+
 from core.background import observed
 from core.errors import database_unavailable
 
@@ -74,20 +77,14 @@ def changes_heard(through: float | None) -> None:
 
 
 def _trusted() -> float:
-    from django.conf import settings
-
     return float(settings.SLUICE_CACHE_TRUSTED_SECONDS)
 
 
 def _stale_if_error() -> float:
-    from django.conf import settings
-
     return float(settings.SLUICE_STALE_IF_ERROR_SECONDS)
 
 
 def _reload_wait() -> float:
-    from django.conf import settings
-
     return float(settings.SLUICE_DB_REQUEST_SECONDS)
 
 
@@ -228,8 +225,6 @@ def drop_local(names: Iterable[str]) -> None:
 def invalidation_channel() -> str:
     """Named for the database the values come from: every process that writes to it (a
     worker, the admin, a management command) tells every worker that reads from it."""
-    from django.conf import settings
-
     return f"sluice:invalidate:{settings.DATABASES['default']['NAME']}"
 
 
@@ -248,20 +243,14 @@ def invalidate(*names: str) -> None:
     """Drop these kinds of values here and in every other process (through Redis, else the
     database's change log: core/change_log.py), once the current transaction commits: the
     next request reads the change."""
-    from django.db import transaction
-
     transaction.on_commit(lambda: _invalidate_now(names))
 
 
 def _invalidate_now(names: Iterable[str]) -> None:
     global _publisher
-    from django.conf import settings
-
     names = tuple(names)
     drop_local(names)
     if not settings.REDIS_URL:
-        from django.db import DatabaseError
-
         try:
             if _database_publisher is not None:
                 _database_publisher(names)
