@@ -12,7 +12,7 @@ from django.db import connection
 from core.db import db_read
 from quotas.models import UsageRollup
 from routing.models import Attempt, CallRecord
-from routing.observability.audit import AttemptLog, AuditWriter, CallLog, _write
+from routing.observability.audit import AttemptLog, AuditWriter, CallLog, _statements, _write
 
 
 def _call(model: str = "fast", prefix: str | None = None) -> CallLog:
@@ -70,6 +70,17 @@ def test_a_batch_larger_than_one_statement_is_written_whole_and_once():
     _write(calls[:40])
     assert _written(calls) == {c.request_id for c in calls}
     assert Attempt.objects.filter(call__key_prefix=prefix).count() == 70
+
+
+def test_batches_of_every_size_take_statements_of_a_few_sizes():
+    """As many rows as a statement takes, then powers of two: whatever a batch's size, its
+    statements are among a few texts the driver keeps prepared, and cover every row once."""
+    sizes: set[int] = set()
+    for rows in range(300):
+        spans = list(_statements(rows, 27))
+        assert [i for start, size in spans for i in range(start, start + size)] == list(range(rows))
+        sizes |= {size for _, size in spans}
+    assert sizes == {27, 16, 8, 4, 2, 1}
 
 
 @pytest.mark.django_db
