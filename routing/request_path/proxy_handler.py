@@ -96,7 +96,9 @@ class ProxyRequest(HttpRequest):
 
 def _head(response: HttpResponseBase) -> dict[str, Any]:
     """The answer's status and headers as an ASGI message (the proxy sets no cookies)."""
-    headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in response.items()]
+    # As stored, (name, value) each: the mapping's items() looks every name up again.
+    stored = response.headers._store.values()
+    headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in stored]
     return {"type": "http.response.start", "status": response.status_code, "headers": headers}
 
 
