@@ -75,6 +75,9 @@ class _CorkedTransport:
         self._pending = []
         self._transport.abort()
 
+    def is_closing(self) -> bool:  # asked after every answer: not through __getattr__
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:  # everything else: the transport's own
         return getattr(self._transport, name)
 

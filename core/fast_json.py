@@ -32,7 +32,9 @@ def loads(raw: bytes) -> Any:
 def loads_finite(raw: bytes) -> Any:
     """orjson's reading where it is json's; ValueError where only json may read the text
     (for a caller with its own way of reading those: NaN, Infinity, huge numbers, …)."""
-    if _LONG_RUN in raw.translate(_AS_DIGITS):
+    # find, not `in`: bytes' `in` first tries its operand as an integer (an error made and
+    # dropped on every call).
+    if raw.translate(_AS_DIGITS).find(_LONG_RUN) >= 0:
         raise ValueError("an integer of 19 digits or more: read by json")
     return orjson.loads(raw)
 
