@@ -60,7 +60,7 @@ def test_any_error_writing_a_batch_isolates_the_bad_row_and_writes_the_rest():
 
 @pytest.mark.django_db
 def test_a_batch_larger_than_one_statement_is_written_whole_and_once():
-    """Rows go many to a statement (SQLite's driver takes 999 parameters: 27 calls); a
+    """Rows go many to a statement (SQLite's driver takes 999 parameters: 29 calls); a
     batch written again, as after a commit whose answer was lost, adds nothing."""
     prefix = uuid.uuid4().hex[:12]
     calls = [_call(prefix=prefix) for _ in range(70)]
