@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Stack, stack
 from loadgen import build_request, run_calls
-from overhead import CONFIG, VERSUS, call_body
+from overhead import VERSUS, call_body, upstreams
 
 KINDS = [kind for kind in VERSUS if "paced" not in kind[3]]
 IDLE_SECONDS = 3.0
@@ -132,13 +132,7 @@ def main() -> None:
     kinds = [k for k in KINDS if not args.only or k[0] in args.only]
 
     with stack() as s:
-        zero = s.simulator(
-            "--model", "m:100000", "--model", "c:100000:anthropic",
-            "--model", "r:100000:openai-responses", "--output-tokens", "16",
-        )  # fmt: skip
-        slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
-        ports = {side: int(url.rsplit(":", 1)[1]) for side, url in (("zero", zero), ("slow", slow))}
-        key = s.configure(CONFIG.format(**ports), member="bench@example.com", application="bench")
+        _, _, key = upstreams(s)
         sides = {"this": start(s, "this")}
         if args.baseline:
             sides = {"before": start(s, "before", s.checkout(args.baseline)), **sides}

@@ -431,6 +431,22 @@ def limits(run: Run, rounds: int = 3) -> None:
     print(f"  ({rounds} alternating runs each)")
 
 
+def upstreams(s: Stack) -> tuple[int, int, str]:
+    """The zero-latency and the 100 ms simulators, CONFIG applied: their ports and a key."""
+    zero = s.simulator(
+        "--model", "m:100000", "--model", "c:100000:anthropic",
+        "--model", "r:100000:openai-responses", "--output-tokens", "16",
+    )  # fmt: skip
+    slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
+    zero_port, slow_port = (int(url.rsplit(":", 1)[1]) for url in (zero, slow))
+    config = CONFIG.format(zero=zero_port, slow=slow_port)
+    return (
+        zero_port,
+        slow_port,
+        s.configure(config, member="bench@example.com", application="bench"),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10)
@@ -455,14 +471,7 @@ def main() -> None:
     )
 
     with stack() as s:
-        zero = s.simulator(
-            "--model", "m:100000", "--model", "c:100000:anthropic",
-            "--model", "r:100000:openai-responses", "--output-tokens", "16",
-        )  # fmt: skip
-        slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
-        zero_port, slow_port = (int(url.rsplit(":", 1)[1]) for url in (zero, slow))
-        config = CONFIG.format(zero=zero_port, slow=slow_port)
-        key = s.configure(config, member="bench@example.com", application="bench")
+        zero_port, slow_port, key = upstreams(s)
         gateway, pids = s.gateway(workers=args.workers)
         gw_port = int(gateway.rsplit(":", 1)[1])
         c, secs = args.concurrency, args.seconds
