@@ -201,8 +201,8 @@ class CallLog:
         ]
 
 
-# The rows' columns: tuples cost the writer's thread, which holds the interpreter while the
-# loop waits, a third of what a dict a row did.
+# The rows' columns. A row as a tuple, built and adapted, costs the writer's thread (which
+# holds the interpreter while the loop waits) 7.5 µs, against 10.6 as a dict.
 CALL_COLUMNS = (
     "request_id", "created_at", "member_id", "member_email", "application_id",
     "application_slug", "key_prefix", "priority", "queue_ms", "queue_position", "endpoint",
