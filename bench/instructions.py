@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Stack, stack
+from harness import ROOT, Stack, stack
 from loadgen import build_request, run_calls
 from overhead import VERSUS, call_body, upstreams
 
@@ -89,15 +89,13 @@ def per_call(runs: list[tuple[int, float]], idle: float, calls: int) -> list[flo
     return [(total - idle * seconds) / calls / 1e6 for total, seconds in runs]
 
 
-def start(s: Stack, name: str, source: Path | None = None) -> Counted:
+def start(s: Stack, name: str, source: Path = ROOT) -> Counted:
     dumps = s.tmp / f"callgrind-{name}.out"
     wrapper = (
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dumps}",
         f"--log-file={s.tmp}/valgrind-{name}.log",
     )  # fmt: skip
-    url, pids = s.gateway(
-        env=UNDER_VALGRIND, wrapper=wrapper, **({"source": source} if source else {})
-    )
+    url, pids = s.gateway(env=UNDER_VALGRIND, wrapper=wrapper, source=source)
     return Counted(int(url.rsplit(":", 1)[1]), pids[-1], dumps)
 
 
@@ -141,20 +139,22 @@ def main() -> None:
             f"{args.concurrency} in flight a run, median of {args.rounds} runs, the worker's "
             "own idle rounds taken out; millions)"
         )
-        for gateway in sides.values():  # warm: caches, connections, the JIT-less paths
+        for gateway in sides.values():  # warm: caches, connections, lazy imports
             for _, route, path, extra in kinds:
-                calls(gateway, request(gateway.port, key, route, path, extra), 16, 200)
+                payload = request(gateway.port, key, route, path, extra)
+                calls(gateway, payload, args.concurrency, 200)
             gateway.control("--instr=on")
         header = "".join(f"{side:>14}{'±':>7}" for side in sides)
         print(f"  {'':30}{header}{'change' if args.baseline else '':>9}")
         idle: dict[str, list[float]] = {side: [] for side in sides}
         for label, route, path, extra in kinds:
             runs: dict[str, list[tuple[int, float]]] = {side: [] for side in sides}
+            payloads = {side: request(g.port, key, route, path, extra) for side, g in sides.items()}
             for _ in range(args.rounds):
                 for side, gateway in sides.items():
                     ran, _ = gateway.count(lambda: time.sleep(IDLE_SECONDS))
                     idle[side].append(ran / IDLE_SECONDS)
-                    payload = request(gateway.port, key, route, path, extra)
+                    payload = payloads[side]
                     runs[side].append(
                         gateway.count(
                             lambda g=gateway, p=payload: calls(g, p, args.concurrency, args.calls)

@@ -256,17 +256,13 @@ def _adapter(field: Any, db: Any) -> Any:
     return datetime_value
 
 
-def _db_values(
-    model: type[Model], columns: Sequence[str], rows: Iterable[Iterable[Any]]
-) -> list[list[Any]]:
-    """The rows (their values in the order of `columns`) as the driver wants them. Only
+def _db_values(fields: Sequence[Any], rows: Iterable[Iterable[Any]]) -> list[list[Any]]:
+    """The rows (their values in the order of `fields`) as the driver wants them. Only
     dates (and times), decimals and addresses need the backend's adaptation; strings,
     numbers and None go as they are (most of the CPU of a write was this loop)."""
     db = connections[DEFAULT_DB_ALIAS]  # once, not through the proxy for every value
     adapted = [
-        (i, adapt)
-        for i, name in enumerate(columns)
-        if (adapt := _adapter(model._meta.get_field(name), db)) is not None
+        (i, adapt) for i, field in enumerate(fields) if (adapt := _adapter(field, db)) is not None
     ]
     values = [list(row) for row in rows]
     for row in values:
@@ -285,7 +281,7 @@ def _insert_ignoring_duplicates(
     if not rows:
         return
     fields = [model._meta.get_field(name) for name in columns]
-    values = _db_values(model, columns, rows)
+    values = _db_values(fields, rows)
     ops = connection.ops
     head = "{} {} ({}) VALUES ".format(
         ops.insert_statement(on_conflict=OnConflict.IGNORE),
@@ -401,7 +397,8 @@ def _upsert_rollups(model: type[Model], period: str, rows: list[dict[str, Any]])
         f"VALUES ({', '.join(['%s'] * len(columns))}) "
         f"ON CONFLICT ({period}, key_prefix, route, deployment) DO UPDATE SET {added}"
     )
-    values = _db_values(model, columns, (row.values() for row in rows))
+    fields = [model._meta.get_field(name) for name in columns]
+    values = _db_values(fields, (row.values() for row in rows))
     with connection.cursor() as cursor:
         cursor.executemany(sql, values)
 
