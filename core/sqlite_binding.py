@@ -1,7 +1,7 @@
 """SQLite's driver binds None, a bool and a str subclass (a TextChoices or StrEnum member) as
 NULL, an integer and text; but before it does, it looks for an adapter, and that search asks
 the driver's protocol type for `__adapt__`, which raises an AttributeError, formats its
-message and drops it. A call's audit rows held six such values (1.4 % of a call's
+message and drops it. A call's audit rows held six such values (about 1 % of a call's
 instructions). With adapters registered for those types the search ends at its first step,
 a dictionary lookup, and binds what it bound before."""
 
