@@ -440,11 +440,8 @@ def upstreams(s: Stack) -> tuple[int, int, str]:
     slow = s.simulator("--model", "m:100000", "--output-tokens", "16", "--latency-ms", "100")
     zero_port, slow_port = (int(url.rsplit(":", 1)[1]) for url in (zero, slow))
     config = CONFIG.format(zero=zero_port, slow=slow_port)
-    return (
-        zero_port,
-        slow_port,
-        s.configure(config, member="bench@example.com", application="bench"),
-    )
+    key = s.configure(config, member="bench@example.com", application="bench")
+    return zero_port, slow_port, key
 
 
 def main() -> None:
