@@ -147,6 +147,11 @@ class _KnownPrefixes:
             if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
                 task = self._task = asyncio.ensure_future(self._load())
             await asyncio.shield(task)  # a database outage is a 503 (database_unavailable)
+            # Found by a load begun a moment before the request arrived (a new worker's
+            # first load, with calls still coming in): enough. Only "no such prefix" needs a
+            # load begun after it, and that one waits out the pause between loads.
+            if prefix in self.prefixes:
+                return True
         return prefix in self.prefixes
 
     async def _load(self) -> None:

@@ -98,3 +98,25 @@ async def test_a_new_keys_message_adds_its_prefix_at_once(queries) -> None:
     key = await sync_to_async(_issue)()  # saved here: its invalidation adds the prefix
     assert not await _refused(key)
     assert known_prefixes.loads == loads  # no whole-set load was needed
+
+
+async def test_calls_that_arrive_while_a_new_workers_first_load_runs_wait_for_it_only(
+    queries, settings
+) -> None:
+    """A worker's first load is under way when most of a burst arrives: a key it finds is
+    found, not looked for again in a load after the pause between loads."""
+    settings.SLUICE_KEY_PREFIXES_RELOAD_SECONDS = 30
+    key = await sync_to_async(_issue)()
+    forget_cached_keys()  # a new worker: no prefix known
+    loads = known_prefixes.loads
+    first = asyncio.ensure_future(_refused(key))
+    for _ in range(10_000):  # a few steps of the loop: the first call begins the first load
+        if known_prefixes.loads > loads:
+            break
+        await asyncio.sleep(0)
+    assert known_prefixes.loads == loads + 1
+    later = [asyncio.ensure_future(_refused(key)) for _ in range(20)]  # arrived after it began
+    async with asyncio.timeout(10):  # the next load would begin 30 s after the first
+        refused = await asyncio.gather(first, *later)
+    assert not any(refused)
+    assert known_prefixes.loads == loads + 1
