@@ -10,6 +10,8 @@ throw-away SQLite database, then prints:
     and streaming (16 chunks) chat completions;
   - overhead: with 100 ms simulator latency, requests/s and p50/p99 latency direct and
     through Sluice, the added p50/p99, and (one worker) the worker's event-loop lag then;
+    each run counts after a warm-up second on the same connections (the steady state), and
+    says what its first calls, all sent at once on new connections, took;
   - open loop: calls arriving on a Poisson schedule (`--rate` a second, bench/openloop.py)
     on the 100 ms simulator, direct and through Sluice in turns: p50/p99/max latency from
     each call's scheduled time, and what Sluice adds;
@@ -21,9 +23,11 @@ throw-away SQLite database, then prints:
   - tracing (only with `--only tracing`): the gateway's CPU per call with OpenTelemetry
     traces off and on (a second gateway exporting OTLP/HTTP to bench/otlp_sink.py, which
     discards them), in alternating runs, plain and streaming, and the change.
-  - with `--baseline REF` (say `main`), only: a gateway of that git ref and this checkout's,
-    on the same simulators and database, in alternating runs, per kind of call: req/s,
-    CPU ms per call and the p99 latency of each, and the change.
+  - with `--only overhead --baseline REF`: the overhead case direct, through a gateway of
+    that git ref and through this checkout's, in turns, three rounds;
+  - with `--baseline REF` (say `main`) otherwise, only: a gateway of that git ref and this
+    checkout's, on the same simulators and database, in alternating runs, per kind of call:
+    req/s, CPU ms per call and the p99 latency of each, and the change.
 The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process).
 """
 
@@ -35,6 +39,7 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,12 +131,30 @@ def measure(
     seconds: float,
     pids: list[int] | None = None,
     path: str = "/v1/chat/completions",
+    warmed: Callable[[], None] | None = None,
 ) -> tuple[LoadResult, float | None]:
+    """A warm-up second, then `seconds` counted on the same connections (the steady state;
+    the first calls, sent at once on new connections, are the result's `burst`); `warmed`
+    is called as the counting starts."""
     request = build_request("127.0.0.1", port, path, body, headers)
-    asyncio.run(run_load("127.0.0.1", port, request, concurrency=concurrency, seconds=1.0))
-    before = cpu_seconds(pids) if pids else 0.0
+    before = 0.0
+
+    def counting() -> None:
+        nonlocal before
+        before = cpu_seconds(pids) if pids else 0.0
+        if warmed is not None:
+            warmed()
+
     result = asyncio.run(
-        run_load("127.0.0.1", port, request, concurrency=concurrency, seconds=seconds)
+        run_load(
+            "127.0.0.1",
+            port,
+            request,
+            concurrency=concurrency,
+            seconds=seconds,
+            warmup=1.0,
+            warmed=counting,
+        )
     )
     served = sum(result.statuses.values())
     cpu_ms = (cpu_seconds(pids) - before) * 1000 / served if pids and served else None
@@ -167,6 +190,7 @@ class Run:
         *,
         cpu: bool = False,
         path: str = "/v1/chat/completions",
+        warmed: Callable[[], None] | None = None,
         **extra: object,
     ) -> tuple[LoadResult, float | None]:
         if "paced" in extra:
@@ -179,6 +203,7 @@ class Run:
             seconds=self.seconds,
             pids=self.pids if cpu else None,
             path=path,
+            warmed=warmed,
         )
 
     def paced(
@@ -216,8 +241,11 @@ def overhead(run: Run) -> None:
     print("\nOverhead (simulator latency 100 ms)")
     print(f"  {'':10}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     direct, _ = run.load(run.slow, "m", {})
-    lag_before = loop_lag_buckets(run.url)
-    via, _ = run.load(run.gateway, "slow", run.auth())
+    # The lag from when the counting starts (read on a thread: the load's loop goes on).
+    lag_before: dict[float, float] = {}
+    scrape = threading.Thread(target=lambda: lag_before.update(loop_lag_buckets(run.url)))
+    via, _ = run.load(run.gateway, "slow", run.auth(), warmed=scrape.start)
+    scrape.join()
     lag_after = loop_lag_buckets(run.url)
     for label, r in (("direct", direct), ("Sluice", via)):
         print(f"  {label:10}{r.rps():10.1f}{r.percentile(50):10.1f}{r.percentile(99):10.1f}")
@@ -226,9 +254,19 @@ def overhead(run: Run) -> None:
         f"{via.percentile(50) - direct.percentile(50):10.2f}"
         f"{via.percentile(99) - direct.percentile(99):10.2f}"
     )
+    print(f"  (counted after a warm-up second on the same connections; {burst(direct, via)})")
     if run.workers == 1:  # a scrape reads the worker that answers it: one worker, its loop
         p50, p99 = (lag_quantile(lag_before, lag_after, q) for q in (0.5, 0.99))
         print(f"  event-loop lag during the Sluice run: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+
+def burst(direct: LoadResult, via: LoadResult) -> str:
+    """What the warm-up's first calls took, sent all at once on new connections."""
+    return (
+        f"its first {len(via.burst)} calls, sent at once on new connections, took up to "
+        f"{max(direct.burst) * 1000:.1f} ms direct and {max(via.burst) * 1000:.1f} ms "
+        "through Sluice"
+    )
 
 
 def open_loop(run: Run, rate: float, rounds: int = 2) -> None:
@@ -363,6 +401,22 @@ def versus(run: Run, baseline: Run, ref: str, rounds: int = 2) -> None:
         )
 
 
+def overhead_versus(run: Run, baseline: Run, ref: str, rounds: int = 3) -> None:
+    """The goal case (100 ms upstream) direct, through the baseline and through this
+    checkout, in turns: what each adds at p50 and p99, round by round."""
+    print(f"\nOverhead versus {ref} (simulator latency 100 ms; {rounds} rounds in turns)")
+    print(f"  {'round':8}{'side':8}{'req/s':>9}{'% direct':>10}{'added p50':>11}{'added p99':>11}")
+    for n in range(1, rounds + 1):
+        direct, _ = run.load(run.slow, "m", {})
+        for side, r in (("before", baseline), ("after", run)):
+            via, _ = r.load(r.gateway, "slow", r.auth())
+            print(
+                f"  {n:<8}{side:8}{via.rps():9.1f}{via.rps() / direct.rps() * 100:9.1f}%"
+                f"{via.percentile(50) - direct.percentile(50):11.2f}"
+                f"{via.percentile(99) - direct.percentile(99):11.2f}"
+            )
+
+
 def tracing(run: Run, traced: Run, sink: str, rounds: int = 4) -> None:
     """The same calls to a gateway without traces and to one exporting them, in alternation
     (drift on a shared machine falls on both alike); the CPU per call is what tracing costs
@@ -485,7 +539,10 @@ def main() -> None:
             baseline = Run(
                 s, before_port, zero_port, slow_port, key, before_pids, c, secs, args.workers
             )
-            versus(run, baseline, args.baseline)
+            if args.only == "overhead":
+                overhead_versus(run, baseline, args.baseline)
+            else:
+                versus(run, baseline, args.baseline)
         for name, section in (
             ("ceiling", ceiling),
             ("overhead", overhead),
