@@ -405,7 +405,10 @@ def overhead_versus(run: Run, baseline: Run, ref: str, rounds: int = 3) -> None:
     """The goal case (100 ms upstream) direct, through the baseline and through this
     checkout, in turns: what each adds at p50 and p99, round by round."""
     print(f"\nOverhead versus {ref} (simulator latency 100 ms; {rounds} rounds in turns)")
-    print(f"  {'round':8}{'side':8}{'req/s':>9}{'% direct':>10}{'added p50':>11}{'added p99':>11}")
+    print(
+        f"  {'round':8}{'side':8}{'req/s':>9}{'% direct':>10}{'added p50':>11}{'added p99':>11}"
+        f"{'burst max':>11}"
+    )
     for n in range(1, rounds + 1):
         direct, _ = run.load(run.slow, "m", {})
         for side, r in (("before", baseline), ("after", run)):
@@ -414,7 +417,12 @@ def overhead_versus(run: Run, baseline: Run, ref: str, rounds: int = 3) -> None:
                 f"  {n:<8}{side:8}{via.rps():9.1f}{via.rps() / direct.rps() * 100:9.1f}%"
                 f"{via.percentile(50) - direct.percentile(50):11.2f}"
                 f"{via.percentile(99) - direct.percentile(99):11.2f}"
+                f"{(max(via.burst) - max(direct.burst)) * 1000:+11.1f}"
             )
+    print(
+        "  (ms; counted after a warm-up second on the same connections; burst max: what the\n"
+        "  slowest of the first calls, sent at once on new connections, added)"
+    )
 
 
 def tracing(run: Run, traced: Run, sink: str, rounds: int = 4) -> None:
