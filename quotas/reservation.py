@@ -243,6 +243,11 @@ def _counters(
     minute = math.floor(now / 60)
     reserve = settings.SLUICE_QUOTA_INTERACTIVE_RESERVE if batch else 0.0
     day, next_day, month, next_month = period_starts(now, time_zone)
+    # Each period's key and reset time once a call, not once a scope (strftime and an aware
+    # datetime's timestamp cost microseconds each).
+    day_key, month_key = _stamp(day), _stamp(month)
+    day_resets, month_resets = next_day.timestamp(), next_month.timestamp()
+    prefix = _prefix()
     planned = []
     for s in limits:
         base = f"{s.scope}:{s.target}"
@@ -259,7 +264,7 @@ def _counters(
             key: str = base,
             s: ScopeLimits = s,
         ) -> None:
-            name = f"{_prefix()}:q:{key}:{kind}"
+            name = f"{prefix}:q:{key}:{kind}"
             # An interactive call is not refused for its own batch calls queued at a
             # deployment: their leases are left out of its count (not of batch's).
             check = Check(name, limit, amount, ttl, lease, seed, skip_parked=lease and not batch)
@@ -272,20 +277,20 @@ def _counters(
             share = batch_share(s.tokens_per_minute, reserve)
             add("tpm", share, tokens, 120, (minute + 1) * 60, key=f"{base}:{minute}")
         periods = (
-            ("day", s.tokens_per_day, tokens, 2, next_day, s.tokens_today, day),
-            ("month", s.tokens_per_month, tokens, 33, next_month, s.tokens_this_month, month),
-            ("cost", s.cost_per_month, cost, 33, next_month, s.cost_this_month, month),
+            ("day", s.tokens_per_day, tokens, 2, day_resets, s.tokens_today, day_key),
+            ("month", s.tokens_per_month, tokens, 33, month_resets, s.tokens_this_month, month_key),
+            ("cost", s.cost_per_month, cost, 33, month_resets, s.cost_this_month, month_key),
         )
-        for kind, limit, amount, days, resets, seed, start in periods:
+        for kind, limit, amount, days, resets_at, seed, stamp in periods:
             if limit:
                 add(
                     kind,
                     limit,
                     amount,
                     days * 86_400,
-                    resets.timestamp(),
+                    resets_at,
                     seed=seed,
-                    key=f"{base}:{_stamp(start)}",
+                    key=f"{base}:{stamp}",
                 )
     return planned
 
