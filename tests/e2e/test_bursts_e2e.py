@@ -215,18 +215,24 @@ def test_a_members_batch_cannot_lock_out_their_own_interactive_calls(
     wait_until(
         lambda: _stale_call(gateway, issued.plaintext).headers.get("x-ratelimit-limit-requests")
     )  # every worker knows the limits
-    before = small_provider.stats("real4b")["capacity_errors"]
+    before = small_provider.stats("real4b")
     scenario = _run(gateway, issued.plaintext, "tight")
-    capacity_errors = small_provider.stats("real4b")["capacity_errors"] - before
+    after = small_provider.stats("real4b")
+    capacity_errors = after["capacity_errors"] - before["capacity_errors"]
+    served_upstream = after["served"] - before["served"]
 
     assert scenario.interactive_served() >= 0.99, (scenario.refused(), capacity_errors)
     assert scenario.interactive_p99_wait_ms() < 1000
     # Batch was held to its share of the member's 16 (told when to come back)...
     assert scenario.batch_statuses.get(429, 0) > 0, scenario.batch_statuses
     assert max(scenario.retry_afters) <= 60
-    # ... and still served at what the deployment lends it (3 of its 4 slots).
+    # ... and still served at what the deployment lends it (3 of its 4 slots): most of what
+    # the provider served (about three quarters on a quiet machine), and not a trickle of
+    # its capacity (about 0.65 of it on a quiet machine; a loaded one serves fewer calls
+    # of either class, which is why the share is the measure).
     capacity = PROVIDER_SLOTS / CALL_SECONDS * scenario.seconds
-    assert scenario.batch_served >= 0.4 * capacity, (scenario.batch_served, capacity)
+    assert scenario.batch_served >= 0.5 * served_upstream, (scenario.batch_served, served_upstream)
+    assert scenario.batch_served >= 0.25 * capacity, (scenario.batch_served, capacity)
 
 
 @pytest.mark.parametrize("model", ["srv", "reset", "garbage"])
