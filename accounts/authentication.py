@@ -77,7 +77,11 @@ _principals: RefreshingCache[Principal | None] = RefreshingCache(
 
 
 def _load(prefix: str) -> Principal | None:
-    key = ApiKey.objects.select_related("member__user", "application").filter(prefix=prefix).first()
+    key = (
+        ApiKey.objects.select_related("member__user", "application__team")
+        .filter(prefix=prefix)
+        .first()
+    )
     if key is None:
         return None
     now = timezone.now()

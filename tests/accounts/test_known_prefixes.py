@@ -120,3 +120,15 @@ async def test_calls_that_arrive_while_a_new_workers_first_load_runs_wait_for_it
         refused = await asyncio.gather(first, *later)
     assert not any(refused)
     assert known_prefixes.loads == loads + 1
+
+
+async def test_a_keys_load_reads_its_member_application_and_team_in_one_query(queries) -> None:
+    """A key is loaded when first seen and again about every second while it is used: its
+    team comes with it, not in a query of its own."""
+    assert await _refused(_made_up())  # the set is loaded
+    key = await sync_to_async(_issue)()
+    queries.clear()
+    assert not await _refused(key)
+    selects = [q for q in queries if q.startswith("SELECT")]
+    assert any('FROM "accounts_apikey"' in q and '"accounts_team"' in q for q in selects)
+    assert not [q for q in selects if q.split(" FROM ", 1)[1].startswith('"accounts_team"')]
