@@ -463,6 +463,8 @@ class LocalDeploymentState:
         return loudest(demand, allowed, d.hold)
 
     def _next(self, d: _Deployment, limits: Limits, allowed: int, now: float) -> Waiter | None:
+        if not d.waiting:  # every release and grant asks: most find nobody waiting
+            return None
         latest = now + d.need()  # a waiter whose deadline is sooner could not finish
         kept_off = self._loudest(d, allowed, now)
         for priority in (INTERACTIVE, BATCH):
