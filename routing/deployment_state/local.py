@@ -433,10 +433,12 @@ class LocalDeploymentState:
         allowed = self._allowed(d)
         if d.waiting or allowed - len(d.slots) <= headroom(allowed) or waiter.until < now:
             return False
-        if waiter.priority == BATCH:
-            batch = sum(1 for s in d.slots if self._is_batch(d, s))
-            return batch < batch_cap(allowed, limits.reserve)
-        return True
+        return waiter.priority != BATCH or not self._batch_full(d, limits, allowed)
+
+    def _batch_full(self, d: _Deployment, limits: Limits, allowed: int) -> bool:
+        """Batch holds every slot it may: the rest are kept for interactive calls."""
+        batch = sum(1 for s in d.slots if self._is_batch(d, s))
+        return batch >= batch_cap(allowed, limits.reserve)
 
     def _grant(
         self, d: _Deployment, limits: Limits, waiter: Waiter, now: float, *, handed: bool
@@ -492,10 +494,8 @@ class LocalDeploymentState:
             members = d.queues[priority]
             if not members:
                 continue
-            if priority == BATCH:
-                batch = sum(1 for s in d.slots if self._is_batch(d, s))
-                if batch >= batch_cap(allowed, limits.reserve):
-                    return None
+            if priority == BATCH and self._batch_full(d, limits, allowed):
+                return None
             heads = []
             for queue in list(members.values()):
                 head = next(iter(queue.values()))
