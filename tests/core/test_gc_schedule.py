@@ -43,6 +43,18 @@ def test_objects_piling_up_cause_no_full_collection(collections_seen: list[int])
     del held
 
 
+def test_objects_made_and_freed_as_calls_end_cause_no_collection(
+    collections_seen: list[int],
+) -> None:
+    # A worker's calls in flight: thousands of objects made, then freed as each call ends.
+    gc_schedule.settle_collector(full_every=300)
+    collections_seen.clear()
+    for _ in range(100):
+        in_flight = _pile_up(5_000)
+        del in_flight
+    assert collections_seen == []
+
+
 def test_python_schedules_full_collections_without_it(collections_seen: list[int]) -> None:
     gc_schedule.settle_collector(full_every=0)
     collections_seen.clear()
