@@ -9,7 +9,9 @@ with 19, 1.2x; as is, 7x).
 
 Its event loop is uvloop's where it is installed (uvicorn[standard] brings it), as the
 gateway's is: a line's call is the same live request path, whose timers, tasks and
-sockets cost less CPU there than on asyncio's own loop.
+sockets cost less CPU there than on asyncio's own loop. For the same reason it collects
+garbage as a worker does (core/gc_schedule.py): young objects less often, the whole heap on
+a clock.
 """
 
 import asyncio
@@ -20,10 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from batches.runner import run_until
 from core.background import settle_background
+from core.gc_schedule import collect_on_a_clock, hand_back, settle_collector
 from routing.observability.audit import audit_writer
 from routing.request_path.upstream import close_sessions
 
@@ -77,9 +81,15 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        every = settings.SLUICE_GC_FULL_SECONDS
+        settle_collector(full_every=every)
+        clock = loop.create_task(collect_on_a_clock(every)) if every > 0 else None
         try:
             await run_until(stop, max_in_flight=max_in_flight)
         finally:
+            if clock is not None:
+                clock.cancel()
             await settle_background(5.0)  # the slots of abandoned lines go back now
             await audit_writer.flush()
             await close_sessions()
+            hand_back()
