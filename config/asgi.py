@@ -35,7 +35,7 @@ from batches.handler import BatchApiHandler  # noqa: E402
 from config.bounded_handler import BoundedDjangoHandler  # noqa: E402
 from config.draining import worker_drain  # noqa: E402
 from config.health import HEALTH_PATHS, LIVE_BODY, is_liveness, readiness  # noqa: E402
-from core.gc_schedule import collect_on_a_clock, hand_back, settle_collector  # noqa: E402
+from core.gc_schedule import hand_back, take_over  # noqa: E402
 from quotas.counters import quota_counters  # noqa: E402
 from routing.observability.audit import audit_writer  # noqa: E402
 from routing.observability.budget_alert import budget_alert_loop  # noqa: E402
@@ -137,10 +137,9 @@ class Application:
                 # by its first request, they held the loop (0.3-0.4 s) and every call with it.
                 get_resolver().url_patterns  # noqa: B018 - imports on first access
                 loop = asyncio.get_running_loop()
-                settle_collector(full_every=settings.SLUICE_GC_FULL_SECONDS)
-                if settings.SLUICE_GC_FULL_SECONDS > 0:
-                    every = settings.SLUICE_GC_FULL_SECONDS
-                    self._background.append(loop.create_task(collect_on_a_clock(every)))
+                clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
+                if clock is not None:
+                    self._background.append(clock)
                 # Every worker runs it; a Redis lock lets one of them evaluate each round.
                 self._background.append(loop.create_task(capacity_alert_loop()))
                 self._background.append(loop.create_task(budget_alert_loop()))

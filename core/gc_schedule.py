@@ -57,6 +57,13 @@ def hand_back() -> None:
     gc.set_threshold(*_python_thresholds)
 
 
+def take_over(full_every: float) -> "asyncio.Task[None] | None":
+    """What a worker or a batch runner does as it starts: `settle_collector`, and with
+    `full_every` > 0 the clock's task, which it cancels as it stops (then `hand_back`)."""
+    settle_collector(full_every)
+    return asyncio.create_task(collect_on_a_clock(full_every)) if full_every > 0 else None
+
+
 async def collect_on_a_clock(every: float) -> None:
     """Runs for the worker's life (started by the ASGI lifespan)."""
     while True:

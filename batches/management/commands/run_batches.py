@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from batches.runner import run_until
 from core.background import settle_background
-from core.gc_schedule import collect_on_a_clock, hand_back, settle_collector
+from core.gc_schedule import hand_back, take_over
 from routing.observability.audit import audit_writer
 from routing.request_path.upstream import close_sessions
 
@@ -81,9 +81,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        every = settings.SLUICE_GC_FULL_SECONDS
-        settle_collector(full_every=every)
-        clock = loop.create_task(collect_on_a_clock(every)) if every > 0 else None
+        clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
         try:
             await run_until(stop, max_in_flight=max_in_flight)
         finally:
