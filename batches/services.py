@@ -28,6 +28,7 @@ from accounts.services import Actor, admin_action_record
 from batches.models import Batch, BatchFile, BatchLine
 from batches.storage import batch_storage, new_batch_id, new_file_id, storage_name
 from batches.validation import ENDPOINTS, check_lines, read_lines
+from core import pg_arrays
 from core.errors import GatewayError, bad_request
 from core.refresh import invalidate
 from routing.models import Route
@@ -437,21 +438,40 @@ class LineAnswer:
 _WRITE_CHUNK = 500  # lines per UPDATE: well inside every database's limit of parameters
 
 
+def _columns(*names: str) -> dict[str, str]:
+    quote = connection.ops.quote_name
+    return {f: quote(BatchLine._meta.get_field(f).column) for f in names}
+
+
 def _finish_sql() -> str:
     """One line's answer, fenced by the claim; run for many lines at once (executemany:
-    one C loop on SQLite, one pipeline on PostgreSQL, no expression built per line)."""
-    quote = connection.ops.quote_name
-    table, c = (
-        quote(BatchLine._meta.db_table),
-        {
-            f: quote(BatchLine._meta.get_field(f).column)
-            for f in ("id", "state", "result", "failed", "lease_until", "claimed_by")
-        },
-    )
+    one C loop on SQLite, no expression built per line)."""
+    table = connection.ops.quote_name(BatchLine._meta.db_table)
+    c = _columns("id", "state", "result", "failed", "lease_until", "claimed_by")
     return (
         f"UPDATE {table} SET {c['state']} = %s, {c['result']} = %s, {c['failed']} = %s, "
         f"{c['lease_until']} = NULL WHERE {c['id']} = %s AND {c['state']} = %s "
         f"AND {c['claimed_by']} = %s"
+    )
+
+
+def _finish_unnested(answers: list[LineAnswer], runner: str) -> int:
+    """The answers in one statement on PostgreSQL (core/pg_arrays.py: a statement a line was
+    parsed and planned a line), fenced by the claim as `_finish_sql`; the lines written."""
+    table = connection.ops.quote_name(BatchLine._meta.db_table)
+    c = _columns("id", "state", "result", "failed", "lease_until", "claimed_by")
+    fields = [BatchLine._meta.get_field(f) for f in ("id", "result", "failed")]
+    sql = (
+        f"UPDATE {table} AS line SET {c['state']} = %s, {c['result']} = answer.result, "
+        f"{c['failed']} = answer.failed, {c['lease_until']} = NULL "
+        f"FROM {pg_arrays.unnest(fields)} AS answer (id, result, failed) "
+        f"WHERE line.{c['id']} = answer.id AND line.{c['state']} = %s "
+        f"AND line.{c['claimed_by']} = %s"
+    )
+    rows = [(a.line_id, a.result, a.failed) for a in answers]
+    State = BatchLine.State
+    return pg_arrays.execute(
+        sql, [State.DONE, *pg_arrays.columns(fields, rows), State.RUNNING, runner]
     )
 
 
@@ -465,7 +485,9 @@ def lines_finish(*, runner: str, answers: list[LineAnswer], released: list[int])
     State = BatchLine.State
     written = 0
     with transaction.atomic():
-        if answers:
+        if answers and connection.vendor == "postgresql":
+            written += _finish_unnested(answers, runner)
+        elif answers:
             with connection.cursor() as cursor:
                 cursor.executemany(
                     _finish_sql(),

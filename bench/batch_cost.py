@@ -14,7 +14,9 @@ takes its batches; with REDIS_URL, a Redis prefix of its own), then:
     room for all, from its creation until it is completed: the runner process's CPU
     seconds (utime + stime) per line, and lines per second (wall). The runner calls the
     upstream itself (the live request path, in its own process), so its CPU includes what
-    a live call costs the gateway;
+    a live call costs the gateway. Also the CPU per line of this host's PostgreSQL and Redis
+    servers meanwhile (their writes and scripts: CPU the batch takes from the gateway's
+    host when they run beside it);
   - paced: the same with `paced-lines` lines toward a deployment of `paced-slots` slots
     (20 % kept for interactive calls) whose calls take `paced-ms`: the runner is woken by
     every line that ends and finds the deployment full most of the time, so this is what
@@ -47,7 +49,7 @@ import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, stack
+from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, servers_cpu_seconds, stack
 
 CONFIG = """
 [[upstreams]]
@@ -96,6 +98,7 @@ class Ran:
     seconds: float = 0.0
     cpu_s: float = 0.0  # the runner's
     loop_cpu_s: float = 0.0  # of which its main thread's (the event loop)
+    servers_cpu_s: float = 0.0  # this host's PostgreSQL and Redis servers' meanwhile
 
 
 @dataclass
@@ -292,11 +295,12 @@ def run_batch(
         )  # fmt: skip
         time.sleep(1)
     cpu, started = cpu_seconds([runner.pid]), time.monotonic()
-    loop_cpu = thread_cpu_seconds(runner.pid)
+    loop_cpu, servers_cpu = thread_cpu_seconds(runner.pid), servers_cpu_seconds()
     done = api.wait(api.create(file_id), FINAL, timeout)
     ran.seconds = time.monotonic() - started
     ran.cpu_s = cpu_seconds([runner.pid]) - cpu
     ran.loop_cpu_s = thread_cpu_seconds(runner.pid) - loop_cpu
+    ran.servers_cpu_s = servers_cpu_seconds() - servers_cpu
     if sampler is not None:
         sampler.send_signal(signal.SIGINT)
         sampler.wait(timeout=30)
@@ -333,6 +337,10 @@ def report(args: argparse.Namespace, sides: list[Side]) -> None:
         row(
             "    of which on the event loop (ms)",
             [f"{r.loop_cpu_s * 1000 / max(1, r.lines):.2f}" for r in ran],
+        )
+        row(
+            "  database + Redis CPU per line (ms)",
+            [f"{r.servers_cpu_s * 1000 / max(1, r.lines):.2f}" for r in ran],
         )
     if args.upload_lines:
         big = f"upload: {sides[0].upload_lines} lines, {sides[0].upload_mb:.0f} MB"

@@ -44,6 +44,23 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+def servers_cpu_seconds() -> float:
+    """CPU seconds of this host's PostgreSQL and Redis servers (0 when they run elsewhere):
+    what a batch's or a gateway's writes cost the servers they share with everything else.
+    Every process of theirs, and the postmaster's reaped children (backends that ended)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if name.startswith(("postgres", "redis-server")):
+            fields = text.rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / CLOCK_TICKS
+
+
 def process_tree(proc: subprocess.Popen) -> list[int]:
     """A process and its children (uvicorn --workers N: the parent only supervises)."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()

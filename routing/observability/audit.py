@@ -38,6 +38,7 @@ from django.db.models import (
 )
 from django.db.models.constants import OnConflict
 
+from core import pg_arrays
 from core.outcomes import Outcome
 from quotas.models import ROLLUP_COUNTS, DailyUsageRollup, UsageRollup, latency_field
 from quotas.reservation import Ticket
@@ -258,19 +259,33 @@ def _adapter(field: Any, db: Any) -> Any:
     return datetime_value
 
 
-def _db_values(fields: Sequence[Any], rows: Iterable[Iterable[Any]]) -> list[list[Any]]:
-    """The rows (their values in the order of `fields`) as the driver wants them. Only
-    dates (and times), decimals and addresses need the backend's adaptation; strings,
-    numbers and None go as they are (most of the CPU of a write was this loop)."""
+def _adapters(fields: Sequence[Any]) -> list[tuple[int, Any]]:
+    """(position, adaptation) of the fields whose values the driver cannot take as they
+    are: only dates (and times), decimals and addresses; strings, numbers and None go as
+    they are (most of the CPU of a write was adapting every value)."""
     db = connections[DEFAULT_DB_ALIAS]  # once, not through the proxy for every value
-    adapted = [
+    return [
         (i, adapt) for i, field in enumerate(fields) if (adapt := _adapter(field, db)) is not None
     ]
+
+
+def _db_values(fields: Sequence[Any], rows: Iterable[Iterable[Any]]) -> list[list[Any]]:
+    """The rows (their values in the order of `fields`) as the driver wants them."""
+    adapted = _adapters(fields)
     values = [list(row) for row in rows]
     for row in values:
         for i, adapt in adapted:
             if row[i] is not None:
                 row[i] = adapt(row[i])
+    return values
+
+
+def _db_columns(fields: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """The rows' values column by column (in the order of `fields`) as the driver wants
+    them: PostgreSQL's arrays (core/pg_arrays.py)."""
+    values = pg_arrays.columns(fields, rows)
+    for i, adapt in _adapters(fields):
+        values[i] = [None if v is None else adapt(v) for v in values[i]]
     return values
 
 
@@ -283,22 +298,20 @@ def _insert_ignoring_duplicates(
     if not rows:
         return
     fields = [model._meta.get_field(name) for name in columns]
-    values = _db_values(fields, rows)
     ops = connection.ops
-    head = "{} {} ({}) VALUES ".format(
+    head = "{} {} ({})".format(
         ops.insert_statement(on_conflict=OnConflict.IGNORE),
         ops.quote_name(model._meta.db_table),
         ", ".join(ops.quote_name(f.column) for f in fields),
     )
-    sqlite = connection.vendor == "sqlite"  # its driver's own placeholders: see below
-    one_row = "({})".format(", ".join(["?" if sqlite else "%s"] * len(fields)))
     tail = ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
-    if not sqlite:
-        # psycopg sends every row in one pipeline; one statement of many rows, quoted on
-        # the client, cost it twice the CPU.
-        with connection.cursor() as cursor:
-            cursor.executemany(f"{head}{one_row} {tail}", values)
+    if connection.vendor == "postgresql":
+        # One statement, a column an array: parsed and planned once, not once a row.
+        sql = f"{head} SELECT * FROM {pg_arrays.unnest(fields)} {tail}"
+        pg_arrays.execute(sql, _db_columns(fields, rows))
         return
+    values = _db_values(fields, rows)
+    one_row = "({})".format(", ".join(["?"] * len(fields)))
     # SQLite's driver lets go of the GIL around each run of a statement and takes it back
     # from the busy event loop: executemany, a run a row, forced the loop to switch once a
     # row. Many rows to a statement, on the driver's connection: Django's cursor would
@@ -306,7 +319,7 @@ def _insert_ignoring_duplicates(
     with connection.wrap_database_errors:
         most = max(1, ops.bulk_batch_size(fields, values))
         for start, size in _statements(len(values), most):
-            sql = f"{head}{', '.join([one_row] * size)} {tail}"
+            sql = f"{head} VALUES {', '.join([one_row] * size)} {tail}"
             chunk = values[start : start + size]
             connection.connection.execute(sql, [value for row in chunk for value in row])
 
