@@ -32,12 +32,17 @@ if retry then
   end
   if retries >= math.max(floor_, ratio * firsts) then return {0, 'budget', '0'} end
 end
-local position = redis.call('ZCARD', K_QUEUE[class])
 -- As sent: a number turned back into text keeps 14 digits, and could fall before `now`.
 local until_ = wait_until > now and ARGV[14] or ARGV[1]
 if latest < tonumber(until_) then until_ = string.format('%.6f', latest) end
 local due = deadline == math.huge and 'inf' or ARGV[16]
 ask(member)
+if mode ~= 'open' and free_for(class) then  -- an open breaker past its time: dispatch
+  hold(slot, class, member, estimate, retry, preemptible, false)
+  keep(STATE_TTL)
+  return {1, '', '0'}
+end
+local position = redis.call('ZCARD', K_QUEUE[class])
 join(slot, class, member, until_, estimate, retry, preemptible, due)
 dispatch(slot)
 keep(STATE_TTL)

@@ -228,13 +228,17 @@ local function less(a, b)  -- lexicographic, for sort keys
   return false
 end
 
+-- rules.headroom: FAIR_HEADROOM, at most a share of the limit, none for a small one
+local function headroom(allowed)
+  if allowed < HEADROOM_FROM then return 0 end
+  return math.min(FAIR_HEADROOM, math.floor(allowed * HEADROOM_SHARE))
+end
+
 -- The member kept off the last free slots (slot_policy rule 7): the loud member, with at
 -- most the headroom free.
 local function loudest(allowed)
-  local free = allowed - redis.call('ZCARD', K_SLOTS)
-  -- rules.headroom: FAIR_HEADROOM, at most a share of the limit, none for a small one
   if allowed < HEADROOM_FROM then return nil end
-  if free > math.min(FAIR_HEADROOM, math.floor(allowed * HEADROOM_SHARE)) then return nil end
+  if allowed - redis.call('ZCARD', K_SLOTS) > headroom(allowed) then return nil end
   return loud_member(allowed)
 end
 
@@ -255,18 +259,35 @@ local function fairest(class, latest, kept_off)
   return best, blocked
 end
 
--- `handed`: the slot is one a preempted call just gave back (its upstream may not have
--- seen the cancel yet).
-local function grant(slot, handed)
-  local w = remove_waiter(slot)
-  local class, member, estimate = w[1], w[2], tonumber(w[4])
+-- The slot is the caller's. `handed`: it is one a preempted call just gave back (its
+-- upstream may not have seen the cancel yet).
+local function hold(slot, class, member, estimate, retry, preemptible, handed)
   redis.call('ZADD', K_SLOTS, now + lease, slot)
   if class == 'batch' then redis.call('ZADD', K_BATCH, now + lease, slot) end
-  if class == 'batch' and w[6] == '1' then redis.call('ZADD', K_PREEMPTIBLE, now, slot) end
+  if class == 'batch' and preemptible then redis.call('ZADD', K_PREEMPTIBLE, now, slot) end
   redis.call('HSET', K_HELD, slot,
              table.concat({class, member, estimate, now, handed and '1' or '0'}, '|'))
   charge(member, estimate)
-  count_attempt(w[5] == '1')
+  count_attempt(retry)
+end
+
+local function grant(slot, handed)
+  local w = remove_waiter(slot)
+  hold(slot, w[1], w[2], tonumber(w[4]), w[5] == '1', w[6] == '1', handed)
+end
+
+-- Whether a newcomer of `class` would be granted at once with nothing to weigh (local.py's
+-- _free_for): nobody waits, more slots are free than the headroom kept from the loudest
+-- member, and batch is under its cap. The dispatch would grant it the same slot; most
+-- calls find a deployment like this, and skip joining the queues only to leave them.
+local function free_for(class)
+  if redis.call('HLEN', K_MEMBERS.interactive) > 0 or redis.call('HLEN', K_MEMBERS.batch) > 0 then
+    return false
+  end
+  purge_expired_slots()
+  local allowed = allowed_slots()
+  if allowed - redis.call('ZCARD', K_SLOTS) <= headroom(allowed) then return false end
+  return class ~= 'batch' or redis.call('ZCARD', K_BATCH) < batch_cap(allowed)
 end
 
 -- When the deployment is full, ask back the youngest preemptible batch slots, one for each
@@ -274,6 +295,7 @@ end
 -- After a dispatch, and not for a request that only asked for a free slot (it waits
 -- nowhere), nor while the breaker is open (a slot given back could go to nobody).
 local function preempt_if_full()
+  if redis.call('ZCARD', K_QUEUE.interactive) == 0 then return end  -- nobody to make room for
   local allowed = allowed_slots()
   if allowed == 0 or redis.call('ZCARD', K_SLOTS) < allowed then return end
   local wanted = redis.call('ZCARD', K_QUEUE.interactive) - redis.call('SCARD', K_PREEMPTING)
@@ -297,6 +319,9 @@ local function dispatch(quiet, handed)
   end
   purge_expired_slots()
   purge_silent()
+  if redis.call('HLEN', K_MEMBERS.interactive) == 0 and redis.call('HLEN', K_MEMBERS.batch) == 0 then
+    return {}  -- nobody waits
+  end
   local allowed = allowed_slots()
   local latest = now + need()  -- a waiter whose deadline is sooner could not finish
   local granted, woken = {}, {}
@@ -321,6 +346,13 @@ local function dispatch(quiet, handed)
   return granted
 end
 
+-- The keys live STATE_TTL from the deployment's last use: renewed at most every KEEP_EVERY
+-- seconds (fifteen EXPIREs on every script were a quarter of a call's time in Redis), so a
+-- key made in between has none until then. Every time while the clocks of the workers
+-- disagree (a time ahead of this one's was written).
 local function keep(ttl)
+  local kept = tonumber(redis.call('HGET', K_STATE, 'kept') or '0')
+  if kept <= now and now - kept < KEEP_EVERY then return end
+  redis.call('HSET', K_STATE, 'kept', ARGV[1])
   for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
 end

@@ -14,6 +14,7 @@ BUDGET_BUCKET = 10.0  # seconds
 BUDGET_BUCKETS = 6  # one minute
 HOLD_WEIGHT = 0.2  # weight of the latest call in the moving average of the hold time
 STATE_TTL = 86_400  # an idle deployment's state is forgotten after a day (Redis)
+KEEP_EVERY = 5.0  # seconds: how often a deployment's keys are given STATE_TTL again (Redis)
 WAITER_SILENCE = 5.0  # seconds without its worker's sweep after which a waiter is passed over
 LATENCY_WEIGHT = 0.125  # weights of the latest answer in the latency estimate (as TCP's RTT)
 DEVIATION_WEIGHT = 0.25
@@ -38,6 +39,7 @@ LUA_CONSTANTS: dict[str, float | int] = {
     "DEFAULT_HOLD": DEFAULT_HOLD,
     "MIN_HOLD": MIN_HOLD,
     "STATE_TTL": STATE_TTL,
+    "KEEP_EVERY": KEEP_EVERY,
     "SILENCE": WAITER_SILENCE,
     "RESERVE_EPSILON": RESERVE_EPSILON,
     "LATENCY_WEIGHT": LATENCY_WEIGHT,

@@ -11,7 +11,7 @@ from routing.deployment_state import (
     Refusal,
     Result,
 )
-from routing.deployment_state.rules import FIRST_OPEN
+from routing.deployment_state.rules import FIRST_OPEN, KEEP_EVERY, STATE_TTL
 from routing.deployment_state.slot_policy import BATCH, Claim
 
 LIMITS = Limits(max_concurrency=10, threshold=3, cooldown=300, close_after=3, lease=30)
@@ -351,3 +351,31 @@ async def test_a_breaker_refusal_says_why_it_opened(state, name):
         await _call(state, name, Result.FAILURE)
     refused = await _call(state, name, Result.SUCCESS, now=T0 + 1)
     assert (refused.refusal, refused.reason) == (Refusal.BREAKER, "failure")
+
+
+async def test_redis_keys_live_a_day_from_the_last_use_renewed_every_few_seconds(state, name):
+    """Each script used to give every key of the deployment its time to live again (a
+    quarter of a call's time in Redis); now at most every KEEP_EVERY seconds: a key made in
+    between has none until the next renewal, which covers every key there is."""
+    if not hasattr(state, "_keys"):
+        pytest.skip("the in-process state keeps nothing in Redis")
+    client = state._client()
+    keys = dict(zip(("state", "slots", "budget", "held", "batch"), state._keys(name), strict=False))
+
+    async def ttls() -> dict[str, int]:
+        return {part: await client.ttl(key) for part, key in keys.items()}
+
+    assert (await state.acquire_slot(name, LIMITS, "a", retry=False, now=T0)).admitted
+    first = await ttls()
+    assert first["batch"] == -2  # no batch call yet: no key
+    assert all(STATE_TTL - 5 < first[k] <= STATE_TTL for k in ("state", "slots", "held", "budget"))
+    later = T0 + KEEP_EVERY / 2  # a first batch call makes its key, not yet kept
+    batch = await state.acquire_slot(name, LIMITS, "b", retry=False, claim=BATCH_CLAIM, now=later)
+    assert batch.admitted
+    assert (await ttls())["batch"] == -1
+    await client.expire(keys["state"], 100)  # and the state's time to live is left alone
+    assert (await state.acquire_slot(name, LIMITS, "c", retry=False, now=later + 0.1)).admitted
+    assert 0 < (await ttls())["state"] <= 100
+    renewed = T0 + KEEP_EVERY  # all of them, the key made in between too
+    assert (await state.acquire_slot(name, LIMITS, "d", retry=False, now=renewed)).admitted
+    assert all(STATE_TTL - 5 < t <= STATE_TTL for t in (await ttls()).values())

@@ -59,6 +59,7 @@ def test_the_table_holds_the_rules_own_values():
         "HOLD_WEIGHT": rules.HOLD_WEIGHT,
         "DEFAULT_HOLD": DEFAULT_HOLD,
         "STATE_TTL": rules.STATE_TTL,
+        "KEEP_EVERY": rules.KEEP_EVERY,
         "SILENCE": rules.WAITER_SILENCE,
         "RESERVE_EPSILON": RESERVE_EPSILON,
         "MIN_HOLD": MIN_HOLD,

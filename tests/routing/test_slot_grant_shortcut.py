@@ -1,14 +1,18 @@
-"""The in-process state grants a slot at once when nothing is to be weighed (nobody waits,
-slots free beyond the headroom, batch under its cap): the same grant the fair-share pass
-makes. Checked against that pass alone on random traffic: every admission and the whole
-state after each step must match."""
+"""Both backends grant a slot at once when nothing is to be weighed (nobody waits, slots free
+beyond the headroom, batch under its cap): the same grant the fair-share pass makes.
+Checked against that pass alone on random traffic: every admission and the whole state
+after each step must match (for Redis: every key of the deployment, as stored)."""
 
 import asyncio
+import os
 import random
+import uuid
 
 import pytest
 
-from routing.deployment_state import Limits, Result
+from core.lua import Scripts
+from routing.deployment_state import Limits, Result, grant_listener
+from routing.deployment_state import redis as redis_state
 from routing.deployment_state.local import LocalDeploymentState
 from routing.deployment_state.slot_policy import BATCH, INTERACTIVE, Claim
 
@@ -40,7 +44,7 @@ def _state(s: LocalDeploymentState) -> tuple:
     )
 
 
-async def _replay(state: LocalDeploymentState, seed: int) -> list:
+async def _replay(state, seed: int, snapshot=None) -> list:
     rng = random.Random(seed)
     limits = Limits(max_concurrency=rng.choice([1, 3, 8, 20]), threshold=0, lease=30, reserve=0.25)
     now, held, queued, seen = T0, [], [], []
@@ -81,7 +85,7 @@ async def _replay(state: LocalDeploymentState, seed: int) -> list:
             seen.append(departure)
             if departure.granted:
                 held.append(slot)
-        seen.append(_state(state))
+        seen.append(await snapshot() if snapshot else _state(state))
     return seen
 
 
@@ -90,3 +94,61 @@ def test_the_shortcut_grants_what_the_fair_share_pass_grants(seed: int) -> None:
     with_shortcut = asyncio.run(_replay(LocalDeploymentState(), seed))
     pass_only = asyncio.run(_replay(_FairSharePassOnly(), seed))
     assert with_shortcut == pass_only
+
+
+async def _redis_replay(seed: int, scripts: Scripts) -> list:
+    """The replay on a Redis state of its own; the deployment's keys after each step."""
+    backend = redis_state.RedisDeploymentState(
+        os.environ["REDIS_URL"], prefix=f"test-{uuid.uuid4().hex[:8]}"
+    )
+    client = backend._client()
+
+    async def stored() -> list:
+        keys = sorted(backend._keys("d"))
+        async with client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.type(key)
+            kinds = [kind.decode() for kind in await pipe.execute()]
+        async with client.pipeline(transaction=False) as pipe:
+            for key, kind in zip(keys, kinds, strict=True):
+                {
+                    "hash": lambda k: pipe.hgetall(k),
+                    "zset": lambda k: pipe.zrange(k, 0, -1, withscores=True),
+                    "set": lambda k: pipe.smembers(k),
+                }.get(kind, pipe.type)(key)
+            values = await pipe.execute()
+        return [
+            (key.split(":", 3)[-1], sorted(v.items()) if isinstance(v, dict) else v)
+            for key, v in zip(keys, values, strict=True)
+        ]
+
+    saved = redis_state.SCRIPTS
+    redis_state.SCRIPTS = scripts
+    try:
+        return await _replay(backend, seed, stored)
+    finally:
+        redis_state.SCRIPTS = saved
+        await client.delete(*backend._keys("d"))
+        await client.aclose()
+
+
+def _without_shortcut() -> Scripts:
+    """The same scripts with the Lua's shortcut answering no: every grant by the dispatch."""
+    head = "local function free_for(class)"
+    sources = {
+        name: source.replace(head, f"{head} do return false end")
+        for name, source in redis_state.SCRIPTS.sources.items()
+    }
+    assert all(head in source for source in redis_state.SCRIPTS.sources.values())
+    return Scripts(sources)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_redis_shortcut_grants_what_its_dispatch_grants(seed: int, monkeypatch) -> None:
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL is not set")
+    # The waiters' sweep runs on the real clock, the replay on its own: not during it.
+    monkeypatch.setattr(grant_listener, "SWEEP_SECONDS", 3600.0)
+    with_shortcut = asyncio.run(_redis_replay(seed, redis_state.SCRIPTS))
+    dispatch_only = asyncio.run(_redis_replay(seed, _without_shortcut()))
+    assert with_shortcut == dispatch_only
