@@ -123,6 +123,10 @@ class Runner:
     _open: list[ActiveBatch] = field(default_factory=list)
     _models: dict[str, list[str]] = field(default_factory=dict)
     _drained: set[tuple[str, str]] = field(default_factory=set)  # (batch, model): none to claim
+    # (batch, model): the number below which this runner knows of no pending line (it
+    # claimed them); lowered by a line it gives back, forgotten at each tick (lines other
+    # runners gave back).
+    _floor: dict[tuple[str, str], int] = field(default_factory=dict)
     _starved: bool = False  # the last look left lines waiting for a spare slot
     # Lines claimed ahead, with their bodies, waiting for a spare slot (leased like running
     # ones): a deployment that frees one slot at a time costs no claim per line.
@@ -192,6 +196,7 @@ class Runner:
         await self._abandon(lambda b: b not in known)  # finished or deleted
         self._open = []
         self._drained.clear()  # lapsed leases and released lines: claimable again
+        self._floor.clear()
         now = timezone.now()
         for batch in batches:
             # Each batch alone: one that trips the runner waits for the next tick and is
@@ -345,6 +350,7 @@ class Runner:
                 runner=self.name,
                 limit=limit,
                 lapsed=lapsed,
+                from_number=self._floor.get((batch.id, model), 0),
                 answers=[a for _, a in answers],
                 released=[i for _, i in released],
             )
@@ -355,6 +361,8 @@ class Runner:
             self._put_back(answers, released)
             raise
         _warn_lost(answers, lost)
+        if claimed:  # the lowest pending ones: none is left below the last
+            self._floor[(batch.id, model)] = claimed[-1][0].number + 1
         return claimed
 
     async def _run_line(
@@ -391,7 +399,9 @@ class Runner:
 
     def _release(self, line: services.ClaimedLine) -> None:
         self._released.append((line.batch_id, line.id))
-        self._drained.discard((line.batch_id, line.model))  # claimable again, first
+        key = (line.batch_id, line.model)
+        self._drained.discard(key)  # claimable again, first
+        self._floor[key] = min(self._floor.get(key, 0), line.number)
         self._unwritten.set()
 
     async def _write_ended(self, stop: asyncio.Event) -> None:
@@ -486,10 +496,11 @@ class Runner:
         ones cancelled (only those waiting for a limit, with `waiting_only`; each gives its
         line back) and waited for. Written before this returns: a finalization next must
         see them."""
-        for (batch_id, _), queue in self._queued.items():
-            if batch(batch_id):
-                self._released += [(batch_id, line.id) for line, _ in queue]
+        for key, queue in self._queued.items():
+            if batch(key[0]):
+                self._released += [(key[0], line.id) for line, _ in queue]
                 queue.clear()
+                self._floor.pop(key, None)  # pending again, below it
         tasks = [
             r.task
             for r in self.lines.values()

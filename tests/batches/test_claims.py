@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -13,7 +14,9 @@ from django.utils import timezone
 
 from accounts.models import Application, Team
 from batches.models import Batch, BatchFile, BatchLine
+from batches.runner import Runner
 from batches.services import (
+    ClaimedLine,
     LineAnswer,
     batch_finalize,
     line_finish,
@@ -167,3 +170,36 @@ def test_answers_written_together_are_each_fenced_by_their_own_claim() -> None:
     assert rows[5].claimed_by == "" and rows[5].lease_until is None
     answers = [LineAnswer(line.id, "{}", False) for line in taken]
     assert lines_finish(runner="b", answers=answers, released=[]) == []
+
+
+def test_a_claim_from_a_number_takes_pending_lines_from_there_and_lapsed_ones_anywhere() -> None:
+    """A runner claims from past the lines it claimed last (their entries stay in the index
+    range until PostgreSQL vacuums them); lines whose lease lapsed are taken wherever."""
+    batch = _batch(6)
+    past = timezone.now() - timedelta(minutes=5)
+    dead = lines_claim(batch_id=batch.id, model="fast", runner="dead", limit=1, now=past)
+    assert [line.number for line in dead] == [1]
+    later = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=3, from_number=4)
+    assert [line.number for line in later] == [1, 4, 5]
+    rest = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=5)
+    assert [line.number for line in rest] == [2, 3, 6]
+
+
+async def test_the_runner_claims_past_its_last_line_and_again_from_a_line_it_gave_back() -> None:
+    runner = Runner()
+    asked: list[int] = []
+    answers = [[1, 2, 3], [4, 5], [2], []]
+
+    async def claim_read(fn, **kwargs):  # the database's answers, in turn
+        asked.append(kwargs["from_number"])
+        numbers = answers.pop(0)
+        return [(ClaimedLine(n, "b", n, f"c{n}", "m", 0, 1), b"{}") for n in numbers], []
+
+    runner._db = claim_read
+    batch = SimpleNamespace(id="b", storage_name="x")
+    first = await runner._claim(batch, "m", 3, lapsed=False)
+    await runner._claim(batch, "m", 3, lapsed=False)
+    runner._release(first[1][0])  # line 2 goes back to pending: claimable first
+    await runner._claim(batch, "m", 3, lapsed=False)
+    await runner._claim(batch, "m", 3, lapsed=False)
+    assert asked == [0, 4, 2, 3]
