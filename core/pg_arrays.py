@@ -1,11 +1,12 @@
 """Many rows in one PostgreSQL statement: each column goes as one array, bound on the
-server, and the statement unnests them (`INSERT … SELECT * FROM unnest(%s::varchar[], …)`,
+server, and the statement unnests them (`INSERT … SELECT * FROM unnest(%b::varchar[], …)`,
 `UPDATE … FROM unnest(…)`).
 
 A statement a row (executemany) made the server parse and plan every row anew: Django binds
 values on the client, so no two rows' texts are alike, and prepares nothing (PgBouncer in
 transaction mode would lose prepared statements). One statement for the batch costs the
-server a third of the CPU per audited call (docs/benchmarks.md, "Writes to PostgreSQL"),
+server a third of the CPU per audited call (docs/benchmarks.md, "What a line costs
+PostgreSQL and Redis"),
 and works through PgBouncer as it is.
 """
 

@@ -259,6 +259,10 @@ local function fairest(class, latest, kept_off)
   return best, blocked
 end
 
+local function anyone_waits()
+  return redis.call('HLEN', K_MEMBERS.interactive) > 0 or redis.call('HLEN', K_MEMBERS.batch) > 0
+end
+
 -- The slot is the caller's. `handed`: it is one a preempted call just gave back (its
 -- upstream may not have seen the cancel yet).
 local function hold(slot, class, member, estimate, retry, preemptible, handed)
@@ -281,9 +285,7 @@ end
 -- member, and batch is under its cap. The dispatch would grant it the same slot; most
 -- calls find a deployment like this, and skip joining the queues only to leave them.
 local function free_for(class)
-  if redis.call('HLEN', K_MEMBERS.interactive) > 0 or redis.call('HLEN', K_MEMBERS.batch) > 0 then
-    return false
-  end
+  if anyone_waits() then return false end
   purge_expired_slots()
   local allowed = allowed_slots()
   if allowed - redis.call('ZCARD', K_SLOTS) <= headroom(allowed) then return false end
@@ -319,9 +321,7 @@ local function dispatch(quiet, handed)
   end
   purge_expired_slots()
   purge_silent()
-  if redis.call('HLEN', K_MEMBERS.interactive) == 0 and redis.call('HLEN', K_MEMBERS.batch) == 0 then
-    return {}  -- nobody waits
-  end
+  if not anyone_waits() then return {} end
   local allowed = allowed_slots()
   local latest = now + need()  -- a waiter whose deadline is sooner could not finish
   local granted, woken = {}, {}
