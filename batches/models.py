@@ -126,3 +126,26 @@ class BatchLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.batch_id}:{self.number}"
+
+
+class BatchCount(models.Model):
+    """Lines a runner finished in a batch, answered and failed: what a batch's
+    `request_counts` sums, so that reading it counts a few rows rather than every line.
+    Written in the transaction that makes the lines done (a line is done once), a row per
+    runner so that runners sharing a batch never wait on each other's counts."""
+
+    # Looked up through batch_count_unique, which begins with the batch.
+    batch = models.ForeignKey(
+        Batch, on_delete=models.CASCADE, related_name="counts", db_index=False
+    )
+    runner = models.CharField(max_length=40)
+    completed = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "runner"], name="batch_count_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.batch_id}:{self.runner}"

@@ -134,7 +134,7 @@ class Runner:
         default_factory=lambda: defaultdict(deque)
     )
     # Lines ended but not written yet: answers, and lines given back unrun.
-    _answers: list[tuple[str, LineAnswer]] = field(default_factory=list)
+    _answers: list[LineAnswer] = field(default_factory=list)
     _released: list[tuple[str, int]] = field(default_factory=list)
     _unwritten: asyncio.Event = field(default_factory=asyncio.Event)
     _poked: bool = False  # something happened that the next look must be a tick for
@@ -351,7 +351,7 @@ class Runner:
                 limit=limit,
                 lapsed=lapsed,
                 from_number=self._floor.get((batch.id, model), 0),
-                answers=[a for _, a in answers],
+                answers=answers,
                 released=[i for _, i in released],
             )
         except services.InputUnreadable as exc:  # the answers were written
@@ -385,7 +385,7 @@ class Runner:
             request_id, status, content = answer
             result = _output_line(batch.id, line, request_id, status, content)
             text = fast_json.dumps(result).decode()
-            self._answers.append((batch.id, LineAnswer(line.id, text, status != 200)))
+            self._answers.append(LineAnswer(batch.id, line.id, text, status != 200))
             self._unwritten.set()
         except asyncio.CancelledError:
             self._release(line)
@@ -432,7 +432,7 @@ class Runner:
                 lost = await self._db(
                     services.lines_finish,
                     runner=self.name,
-                    answers=[a for _, a in answers],
+                    answers=answers,
                     released=[i for _, i in released],
                 )
             except BaseException:
@@ -441,18 +441,16 @@ class Runner:
         _warn_lost(answers, lost)
         # A batch with nothing left here may be done: finalized at a tick now, not the
         # next one.
-        if any(not self._mine(b) for b, _ in answers):
+        if any(not self._mine(a.batch_id) for a in answers):
             self.poke()
 
-    def _take_ended(self) -> tuple[list[tuple[str, LineAnswer]], list[tuple[str, int]]]:
+    def _take_ended(self) -> tuple[list[LineAnswer], list[tuple[str, int]]]:
         answers, released = self._answers, self._released
         self._answers, self._released = [], []
         self._unwritten.clear()
         return answers, released
 
-    def _put_back(
-        self, answers: list[tuple[str, LineAnswer]], released: list[tuple[str, int]]
-    ) -> None:
+    def _put_back(self, answers: list[LineAnswer], released: list[tuple[str, int]]) -> None:
         self._answers[:0] = answers
         self._released[:0] = released
         if answers or released:
@@ -536,8 +534,8 @@ def _batches_changed(selector: str | None) -> None:
 on_change(services.BATCHES, _batches_changed)
 
 
-def _warn_lost(answers: list[tuple[str, LineAnswer]], lost: list[int]) -> None:
-    batch_of = {a.line_id: b for b, a in answers}
+def _warn_lost(answers: list[LineAnswer], lost: list[int]) -> None:
+    batch_of = {a.line_id: a.batch_id for a in answers}
     for line_id in lost:
         log.warning("%s line id %s: taken by another runner", batch_of.get(line_id), line_id)
 

@@ -3,13 +3,13 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from accounts.models import ApiKey, Application
 from accounts.selectors import Viewer
 from accounts.windows import ANY, effective_windows, normalize_windows, parse_windows, window_open
-from batches.models import Batch, BatchFile, BatchLine
+from batches.models import Batch, BatchCount, BatchFile, BatchLine
 from core.prepared import Prepared
 
 ACTIVE = (
@@ -68,15 +68,14 @@ def _page(queryset, after: str | None, limit: int) -> tuple[list, bool]:  # type
 
 
 def line_counts(batch_ids: list[str]) -> dict[str, dict[str, int]]:
-    """Finished lines per batch: completed (answered 200) and failed."""
+    """Finished lines per batch: completed (answered 200) and failed. Summed over the
+    runners' counts (BatchCount), a few rows a batch however many lines it has."""
     rows = (
-        BatchLine.objects.filter(batch_id__in=batch_ids, state=BatchLine.State.DONE)
+        BatchCount.objects.filter(batch_id__in=batch_ids)
         .values("batch_id")
-        .annotate(failed=Count("id", filter=Q(failed=True)), done=Count("id"))
+        .annotate(completed=Sum("completed"), failed=Sum("failed"))
     )
-    return {
-        r["batch_id"]: {"completed": r["done"] - r["failed"], "failed": r["failed"]} for r in rows
-    }
+    return {r["batch_id"]: {"completed": r["completed"], "failed": r["failed"]} for r in rows}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from django.utils import timezone
 from accounts.authentication import Principal
 from accounts.models import Application
 from accounts.services import Actor, admin_action_record
-from batches.models import Batch, BatchFile, BatchLine
+from batches.models import Batch, BatchCount, BatchFile, BatchLine
 from batches.storage import batch_storage, new_batch_id, new_file_id, storage_name
 from batches.validation import ENDPOINTS, check_lines, read_lines
 from core import pg_arrays
@@ -435,6 +435,7 @@ def lines_renew(*, ids: list[int], runner: str) -> int:
 
 @dataclass(frozen=True)
 class LineAnswer:
+    batch_id: str
     line_id: int
     result: str  # the output line, JSON
     failed: bool
@@ -483,8 +484,9 @@ def _finish_unnested(answers: list[LineAnswer], runner: str) -> int:
 
 def lines_finish(*, runner: str, answers: list[LineAnswer], released: list[int]) -> list[int]:
     """Record answers and give lines back unrun, in one transaction, each fenced by the
-    claim; the ids of the answers that did not count, their lines no longer this runner's
-    (its lease ran out and another runner took them: that one's counts)."""
+    claim, and add the answers to the batches' counts; the ids of the answers that did not
+    count, their lines no longer this runner's (its lease ran out and another runner took
+    them: that one's counts)."""
     ids = [a.line_id for a in answers] + released
     if not ids:
         return []
@@ -509,23 +511,53 @@ def lines_finish(*, runner: str, answers: list[LineAnswer], released: list[int])
                 state=State.RUNNING,
                 claimed_by=runner,
             ).update(state=State.PENDING, claimed_by="", lease_until=None)
-        if written == len(ids):
-            return []
-        # Some were taken by another runner (rare): which answers did not count.
-        kept: set[int] = set()
-        for start in range(0, len(answers), _WRITE_CHUNK):
-            chunk = [a.line_id for a in answers[start : start + _WRITE_CHUNK]]
-            kept.update(
-                BatchLine.objects.filter(
-                    id__in=chunk, state=State.DONE, claimed_by=runner
-                ).values_list("id", flat=True)
-            )
-        return [a.line_id for a in answers if a.line_id not in kept]
+        lost: list[int] = []
+        if written != len(ids):
+            # Some were taken by another runner (rare): which answers did not count.
+            kept: set[int] = set()
+            for start in range(0, len(answers), _WRITE_CHUNK):
+                chunk = [a.line_id for a in answers[start : start + _WRITE_CHUNK]]
+                kept.update(
+                    BatchLine.objects.filter(
+                        id__in=chunk, state=State.DONE, claimed_by=runner
+                    ).values_list("id", flat=True)
+                )
+            lost = [a.line_id for a in answers if a.line_id not in kept]
+        _count_done(runner, answers, set(lost))
+    return lost
 
 
-def line_finish(*, line_id: int, runner: str, result: dict[str, Any], failed: bool) -> bool:
+def _count_done(runner: str, answers: list[LineAnswer], lost: set[int]) -> None:
+    """Add the answers that counted to the runner's counts of their batches (BatchCount):
+    one statement, in the transaction that made the lines done."""
+    tally: dict[str, list[int]] = {}
+    for a in answers:
+        if a.line_id not in lost:
+            tally.setdefault(a.batch_id, [0, 0])[a.failed] += 1
+    if not tally:
+        return
+    quote = connection.ops.quote_name
+    table = quote(BatchCount._meta.db_table)
+    batch, name, completed, failed = (
+        quote(BatchCount._meta.get_field(f).column)
+        for f in ("batch", "runner", "completed", "failed")
+    )
+    rows = ", ".join(["(%s, %s, %s, %s)"] * len(tally))
+    sql = (
+        f"INSERT INTO {table} ({batch}, {name}, {completed}, {failed}) VALUES {rows} "
+        f"ON CONFLICT ({batch}, {name}) DO UPDATE SET "
+        f"{completed} = {table}.{completed} + excluded.{completed}, "
+        f"{failed} = {table}.{failed} + excluded.{failed}"
+    )
+    params = [v for batch_id, n in sorted(tally.items()) for v in (batch_id, runner, *n)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def line_finish(*, line: ClaimedLine, runner: str, result: dict[str, Any], failed: bool) -> bool:
     """Record one line's answer; False when the line is no longer this runner's."""
-    answer = LineAnswer(line_id, json.dumps(result, separators=(",", ":")), failed)
+    text = json.dumps(result, separators=(",", ":"))
+    answer = LineAnswer(line.batch_id, line.id, text, failed)
     return not lines_finish(runner=runner, answers=[answer], released=[])
 
 

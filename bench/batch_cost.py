@@ -20,7 +20,8 @@ takes its batches; with REDIS_URL, a Redis prefix of its own), then:
   - paced: the same with `paced-lines` lines toward a deployment of `paced-slots` slots
     (20 % kept for interactive calls) whose calls take `paced-ms`: the runner is woken by
     every line that ends and finds the deployment full most of the time, so this is what
-    its pacing costs per line;
+    its pacing costs per line. After each batch, what a client's poll of it costs, and a
+    list of batches: median wall time of 50 reads, and the servers' CPU a read;
   - upload: a file of `upload-lines` lines padded to about `line-bytes` bytes each
     (50,000 x 4,000 is about 200 MB, the upload limit): the seconds to upload it
     (POST /v1/files: counted and stored), to create the batch, and until the runner has
@@ -99,6 +100,7 @@ class Ran:
     cpu_s: float = 0.0  # the runner's
     loop_cpu_s: float = 0.0  # of which its main thread's (the event loop)
     servers_cpu_s: float = 0.0  # this host's PostgreSQL and Redis servers' meanwhile
+    reads: dict[str, tuple[float, float]] = field(default_factory=dict)  # ms: wall, servers
 
 
 @dataclass
@@ -305,6 +307,23 @@ def run_batch(
         sampler.send_signal(signal.SIGINT)
         sampler.wait(timeout=30)
     ran.lines, ran.status = done["request_counts"]["completed"], done["status"]
+    for name, path in (("status", f"/batches/{done['id']}"), ("list", "/batches?limit=20")):
+        ran.reads[name] = time_reads(api, path)
+
+
+READS = 50
+
+
+def time_reads(api: Api, path: str) -> tuple[float, float]:
+    """A read of the finished batch (or the list of batches) as a client polls it: median
+    wall ms, and ms of this host's database and Redis servers' CPU a read."""
+    walls, servers = [], servers_cpu_seconds()
+    for _ in range(READS):
+        started = time.perf_counter()
+        api.client.get(path).raise_for_status()
+        walls.append(time.perf_counter() - started)
+    walls.sort()
+    return walls[READS // 2] * 1000, (servers_cpu_seconds() - servers) * 1000 / READS
 
 
 def report(args: argparse.Namespace, sides: list[Side]) -> None:
@@ -342,6 +361,11 @@ def report(args: argparse.Namespace, sides: list[Side]) -> None:
             "  database + Redis CPU per line (ms)",
             [f"{r.servers_cpu_s * 1000 / max(1, r.lines):.2f}" for r in ran],
         )
+        for name, what in (("status", "GET the batch"), ("list", "GET 20 batches")):
+            row(
+                f"  {what} after: ms; servers' CPU ms",
+                [f"{r.reads[name][0]:.1f}; {r.reads[name][1]:.2f}" for r in ran],
+            )
     if args.upload_lines:
         big = f"upload: {sides[0].upload_lines} lines, {sides[0].upload_mb:.0f} MB"
         row(big, ["" for _ in sides])

@@ -2,19 +2,23 @@
 come back when its lease runs out, and its late answer is not written (batches/services.py).
 Runs on SQLite and on PostgreSQL (SELECT ... FOR UPDATE SKIP LOCKED)."""
 
+import importlib
 import json
+import random
 import threading
 import time
 from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection
 from django.utils import timezone
 
 from accounts.models import Application, Team
-from batches.models import Batch, BatchFile, BatchLine
+from batches.models import Batch, BatchCount, BatchFile, BatchLine
 from batches.runner import Runner
+from batches.selectors import line_counts
 from batches.services import (
     ClaimedLine,
     LineAnswer,
@@ -100,9 +104,9 @@ def test_a_dead_runners_lines_come_back_after_its_lease_and_its_late_answer_is_d
     again = lines_claim(batch_id=batch.id, model="fast", runner="alive", limit=10)
     assert [line.number for line in again] == [1, 2, 3]
     assert BatchLine.objects.get(batch=batch, number=1).claims == 2
-    assert not line_finish(line_id=dead[0].id, runner="dead", result={"x": 1}, failed=False)
+    assert not line_finish(line=dead[0], runner="dead", result={"x": 1}, failed=False)
     for line in again:
-        assert line_finish(line_id=line.id, runner="alive", result={"n": line.number}, failed=False)
+        assert line_finish(line=line, runner="alive", result={"n": line.number}, failed=False)
     assert lines_claim(batch_id=batch.id, model="fast", runner="late", limit=10) == []
 
 
@@ -120,7 +124,7 @@ def test_a_live_lease_is_not_taken_and_holds_finalization(settings, tmp_path) ->
     assert [line.number for line in others] == [2]
     Batch.objects.filter(pk=batch.pk).update(cancelling_at=timezone.now(), status="cancelling")
     assert batch_finalize(batch_id=batch.id, runner="b") is None  # a's line is in flight
-    assert line_finish(line_id=held[0].id, runner="a", result={"custom_id": "c1"}, failed=False)
+    assert line_finish(line=held[0], runner="a", result={"custom_id": "c1"}, failed=False)
     line_release(line_id=others[0].id, runner="b")  # b abandons its line on the cancel
     assert batch_finalize(batch_id=batch.id, runner="b") == "cancelled"
     batch.refresh_from_db()
@@ -139,7 +143,7 @@ def test_batch_status_lists_progress_and_window() -> None:
 
     batch = _batch(3)
     claimed = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=2)
-    line_finish(line_id=claimed[0].id, runner="a", result={}, failed=False)
+    line_finish(line=claimed[0], runner="a", result={}, failed=False)
     Application.objects.filter(pk=batch.application_id).update(batch_windows="00:00-06:00")
     out = StringIO()
     call_command("batch_status", stdout=out)
@@ -158,7 +162,7 @@ def test_answers_written_together_are_each_fenced_by_their_own_claim() -> None:
     fresh = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=3, lapsed=False)
     assert [line.number for line in fresh] == [3, 4, 5]
     answers = [
-        LineAnswer(line.id, json.dumps({"by": "a", "n": line.number}), line.number == 4)
+        LineAnswer(batch.id, line.id, json.dumps({"by": "a", "n": line.number}), line.number == 4)
         for line in stalled + fresh[:2]
     ]
     lost = lines_finish(runner="a", answers=answers, released=[fresh[2].id])
@@ -168,7 +172,7 @@ def test_answers_written_together_are_each_fenced_by_their_own_claim() -> None:
     assert json.loads(rows[3].result) == {"by": "a", "n": 3} and rows[4].failed
     assert rows[1].claimed_by == "b" and rows[1].result == ""  # b's, untouched
     assert rows[5].claimed_by == "" and rows[5].lease_until is None
-    answers = [LineAnswer(line.id, "{}", False) for line in taken]
+    answers = [LineAnswer(batch.id, line.id, "{}", False) for line in taken]
     assert lines_finish(runner="b", answers=answers, released=[]) == []
 
 
@@ -203,3 +207,92 @@ async def test_the_runner_claims_past_its_last_line_and_again_from_a_line_it_gav
     await runner._claim(batch, "m", 3, lapsed=False)
     await runner._claim(batch, "m", 3, lapsed=False)
     assert asked == [0, 4, 2, 3]
+
+
+def _recount(batch_ids: list[str]) -> dict[str, dict[str, int]]:
+    """The counts as the lines say them (what line_counts read before the counts)."""
+    counts = {}
+    for batch_id in batch_ids:
+        done = BatchLine.objects.filter(batch_id=batch_id, state="done")
+        failed = done.filter(failed=True).count()
+        counts[batch_id] = {"completed": done.count() - failed, "failed": failed}
+    return counts
+
+
+def test_the_counts_follow_the_lines_made_done_and_only_those() -> None:
+    """Answers of two batches in one write, answers that no longer count (another runner
+    took their lines), lines given back, failed answers: the batches' counts are what
+    their lines say, summed over the runners."""
+    one, two = _batch(5), _batch(3)
+    past = timezone.now() - timedelta(minutes=5)
+    stalled = lines_claim(batch_id=one.id, model="fast", runner="a", limit=2, now=past)
+    taken = lines_claim(batch_id=one.id, model="fast", runner="b", limit=2)  # a's, lapsed
+    fresh = lines_claim(batch_id=one.id, model="fast", runner="a", limit=3, lapsed=False)
+    other = lines_claim(batch_id=two.id, model="fast", runner="a", limit=3)
+    answers = [LineAnswer(one.id, line.id, "{}", False) for line in stalled + fresh[:2]]
+    answers += [LineAnswer(two.id, line.id, "{}", line.number != 1) for line in other]
+    lost = lines_finish(runner="a", answers=answers, released=[fresh[2].id])
+    assert sorted(lost) == sorted(line.id for line in stalled)
+    assert line_counts([one.id, two.id]) == {
+        one.id: {"completed": 2, "failed": 0},
+        two.id: {"completed": 1, "failed": 2},
+    }
+    assert (
+        lines_finish(
+            runner="b",
+            answers=[LineAnswer(one.id, line.id, "{}", True) for line in taken],
+            released=[],
+        )
+        == []
+    )
+    again = lines_claim(batch_id=one.id, model="fast", runner="a", limit=5)
+    assert line_finish(line=again[0], runner="a", result={}, failed=False)
+    counts = line_counts([one.id, two.id])
+    assert counts == _recount([one.id, two.id])
+    assert counts[one.id] == {"completed": 3, "failed": 2}
+    assert BatchCount.objects.filter(batch=one).count() == 2  # one row a runner
+
+
+def test_runners_finishing_at_once_count_every_line_once() -> None:
+    batch = _batch(300)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def runner(name: str, seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            start.wait()
+            while claimed := lines_claim(batch_id=batch.id, model="fast", runner=name, limit=9):
+                back = [line.id for line in claimed if rng.random() < 0.2]
+                answers = [
+                    LineAnswer(batch.id, line.id, "{}", rng.random() < 0.3)
+                    for line in claimed
+                    if line.id not in back
+                ]
+                assert lines_finish(runner=name, answers=answers, released=back) == []
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=runner, args=(f"r{i}", i)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    counts = line_counts([batch.id])[batch.id]
+    assert counts == _recount([batch.id])[batch.id]
+    assert counts["completed"] + counts["failed"] == 300
+    assert 0 < counts["failed"] < 300
+
+
+def test_the_migration_counts_the_lines_of_batches_made_before() -> None:
+    migration = importlib.import_module("batches.migrations.0004_batch_counts")
+    batch = _batch(4)
+    claimed = lines_claim(batch_id=batch.id, model="fast", runner="a", limit=3)
+    answers = [LineAnswer(batch.id, line.id, "{}", line.number == 2) for line in claimed]
+    lines_finish(runner="a", answers=answers, released=[])
+    BatchCount.objects.all().delete()  # as before the counts
+    migration.count_done_lines(django_apps, None)
+    assert line_counts([batch.id]) == {batch.id: {"completed": 2, "failed": 1}}

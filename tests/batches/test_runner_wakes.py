@@ -98,11 +98,11 @@ async def test_the_last_answers_of_a_batch_written_make_the_next_look_a_tick() -
     runner._db = write
     other = SimpleNamespace(done=lambda: True)
     runner.lines[2] = _Running(other, "batch_a", "m")  # type: ignore[arg-type]
-    runner._answers.append(("batch_a", LineAnswer(1, "{}", False)))
+    runner._answers.append(LineAnswer("batch_a", 1, "{}", False))
     await runner.write_ended()
     assert not runner._poked  # batch_a still has a line running here
     del runner.lines[2]
-    runner._answers.append(("batch_a", LineAnswer(2, "{}", False)))
+    runner._answers.append(LineAnswer("batch_a", 2, "{}", False))
     await runner.write_ended()
     assert runner._poked
 
