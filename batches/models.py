@@ -98,7 +98,8 @@ class BatchLine(models.Model):
         RUNNING = "running"  # claimed by a runner until `lease_until`
         DONE = "done"
 
-    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="lines")
+    # Looked up through batch_line_unique and the others that begin with the batch.
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="lines", db_index=False)
     number = models.PositiveIntegerField(help_text="1-based line of the input file.")
     custom_id = models.CharField(max_length=200)
     model = models.CharField(max_length=200)
