@@ -411,6 +411,12 @@ def lines_claim(
     at = connection.ops.adapt_datetimefield_value
     State = BatchLine.State
     with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # Read the claim index in its order, whatever the statistics say: a batch's
+            # lines added since the table was last analyzed look like a handful, and
+            # PostgreSQL then reads every pending line of the batch through its (batch,
+            # state) index and sorts them (12 ms a claim at the start of 30,000 lines).
+            cursor.execute("SET LOCAL enable_sort = off")
         # Rows read here stay locked (PostgreSQL) or the database's write lock is held
         # (SQLite) until the update below: nobody else can claim them in between.
         cursor.execute(pending, [batch_id, model, State.PENDING, from_number, limit])

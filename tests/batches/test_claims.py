@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 from django.apps import apps as django_apps
-from django.db import connection
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Application, Team
@@ -296,3 +297,26 @@ def test_the_migration_counts_the_lines_of_batches_made_before() -> None:
     BatchCount.objects.all().delete()  # as before the counts
     migration.count_done_lines(django_apps, None)
     assert line_counts([batch.id]) == {batch.id: {"completed": 2, "failed": 1}}
+
+
+def test_a_claim_reads_the_claim_index_in_order_whatever_the_statistics_say() -> None:
+    """A batch's lines inserted since the table was analyzed look like a handful to
+    PostgreSQL's planner, which then reads every pending line of the batch and sorts them:
+    a claim costs what is left of the batch. The claim forbids the sort in its transaction,
+    so the plan is a range of the claim index, in order, however big the batch."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's planner")
+    batch = _batch(3000)
+    with CaptureQueriesContext(connection) as queries:
+        claimed = lines_claim(
+            batch_id=batch.id, model="fast", runner="a", limit=64, lapsed=False, from_number=1001
+        )
+    assert [line.number for line in claimed] == list(range(1001, 1065))
+    sent = [q["sql"] for q in queries.captured_queries]
+    read = next(i for i, sql in enumerate(sent) if "SKIP LOCKED" in sql)
+    assert "SET LOCAL enable_sort = off" in sent[:read]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute(f"EXPLAIN {sent[read]}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "batch_line_claim" in plan and "Sort" not in plan, plan
