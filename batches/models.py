@@ -98,6 +98,10 @@ class BatchLine(models.Model):
         RUNNING = "running"  # claimed by a runner until `lease_until`
         DONE = "done"
 
+    # Read as these two ranges of the (batch, state) index: excluding done reads every done
+    # line's entry first.
+    UNFINISHED = (State.PENDING, State.RUNNING)
+
     # Looked up through batch_line_unique and the others that begin with the batch.
     batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="lines", db_index=False)
     number = models.PositiveIntegerField(help_text="1-based line of the input file.")

@@ -179,7 +179,7 @@ def batch_progress() -> list[dict[str, object]]:
 
 def batch_unfinished(batch_id: str) -> bool:
     """Whether any line is still to run (pending) or running."""
-    return BatchLine.objects.filter(batch_id=batch_id).exclude(state=BatchLine.State.DONE).exists()
+    return BatchLine.objects.filter(batch_id=batch_id, state__in=BatchLine.UNFINISHED).exists()
 
 
 def batch_models(batch_id: str) -> list[str]:

@@ -647,7 +647,7 @@ def batch_finalize(*, batch_id: str, runner: str) -> str | None:
         lines = BatchLine.objects.filter(batch_id=batch_id)
         if lines.filter(state=BatchLine.State.RUNNING, lease_until__gte=now).exists():
             return None  # a live runner still has lines in flight
-        all_done = not lines.exclude(state=BatchLine.State.DONE).exists()
+        all_done = not lines.filter(state__in=BatchLine.UNFINISHED).exists()
         if batch.cancelling_at is not None:
             final = Status.CANCELLED
         elif all_done:
