@@ -2,7 +2,8 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python bench/batch_interactive.py [--rate 100] [--seconds 40] [--slice 4] \\
-        [--latencies 0,100] [--lines 30000] [--baseline main]
+        [--latencies 0,100] [--lines 30000] [--baseline main] [--runner-args ARGS] \\
+        [--gateway-nice N]
 
 For each upstream latency (ms): a simulator of that latency with room for all, one
 deployment in front of it (room for all too: slots are not what is measured), a gateway
@@ -21,7 +22,9 @@ is printed too.
 Printed per latency: interactive p50 / p99 / max latency and calls not served in each
 phase, the gateway worker's CPU per call, the batch's lines per second and the runner's
 CPU while it ran. With `--baseline REF` the same is done first with the gateway and
-runner of git ref REF ("before"), then with this checkout ("after").
+runner of git ref REF ("before"), then with this checkout ("after"); `--runner-args` and
+`--gateway-nice` apply to this checkout's side only (`--baseline HEAD --gateway-nice -10`:
+the same code, its gateway at a higher CPU priority than the servers on the "after" side).
 """
 
 import argparse
@@ -188,7 +191,8 @@ def measure(args: argparse.Namespace, label: str, source: Path, latency: float) 
             "SLUICE_REDIS_PREFIX": f"bench-{uuid.uuid4().hex[:8]}",
         }
         s.env |= env
-        gateway, pids = s.gateway(env=env, source=source)
+        nice = ("nice", "-n", str(args.gateway_nice)) if source == ROOT else ()
+        gateway, pids = s.gateway(env=env, source=source, wrapper=nice)
         more = args.runner_args.split() if source == ROOT else []
         runner = subprocess.Popen(
             [sys.executable, "manage.py", "run_batches", *more],
@@ -286,6 +290,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--runner-args", default="", help="more options for this checkout's runner ('--nice 0')"
+    )
+    parser.add_argument(
+        "--gateway-nice",
+        type=int,
+        default=0,
+        help="this checkout's gateway at this CPU priority (-10: above the servers; root)",
     )
     parser.add_argument("--baseline", help="git ref of a 'before' run (say main)")
     args = parser.parse_args()
