@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python bench/batch_interactive.py [--rate 100] [--seconds 40] [--slice 4] \\
         [--latencies 0,100] [--lines 30000] [--baseline main] [--runner-args ARGS] \\
-        [--gateway-nice N]
+        [--gateway-nice N] [--own-upstream]
 
 For each upstream latency (ms): a simulator of that latency with room for all, one
 deployment in front of it (room for all too: slots are not what is measured), a gateway
@@ -25,6 +25,10 @@ CPU while it ran. With `--baseline REF` the same is done first with the gateway 
 runner of git ref REF ("before"), then with this checkout ("after"); `--runner-args` and
 `--gateway-nice` apply to this checkout's side only (`--baseline HEAD --gateway-nice -10`:
 the same code, its gateway at a higher CPU priority than the servers on the "after" side).
+`--own-upstream`: the batch's lines go to a deployment on a simulator of their own, so that
+the interactive calls do not queue behind them in the one process standing in for the
+provider (a real provider's capacity is not one event loop): what is left is what the batch
+costs the gateway's host.
 """
 
 import argparse
@@ -58,6 +62,17 @@ max_concurrency = 4096
 [[routes]]
 name = "m"
 chain = ["d"]
+[[upstreams]]
+name = "batchsim"
+base_url = "{batch_simulator}/v1"
+[[deployments]]
+name = "db"
+upstream = "batchsim"
+model = "m"
+max_concurrency = 4096
+[[routes]]
+name = "mb"
+chain = ["db"]
 [[teams]]
 slug = "bench"
 [[applications]]
@@ -68,7 +83,7 @@ default_priority = "interactive"
 [[applications]]
 slug = "nightly"
 team = "bench"
-routes = ["m"]
+routes = ["m", "mb"]
 default_priority = "batch"
 [[members]]
 email = "bench@example.com"
@@ -178,7 +193,12 @@ def measure(args: argparse.Namespace, label: str, source: Path, latency: float) 
         simulator = s.simulator(
             "--model", "m:100000", "--output-tokens", "16", "--latency-ms", str(latency)
         )
-        config = CONFIG.format(simulator=simulator)
+        batch_simulator = simulator
+        if args.own_upstream:
+            batch_simulator = s.simulator(
+                "--model", "m:100000", "--output-tokens", "16", "--latency-ms", str(latency)
+            )
+        config = CONFIG.format(simulator=simulator, batch_simulator=batch_simulator)
         live = s.configure(config, member="bench@example.com", application="live")
         nightly = s.issue_key("bench@example.com", "nightly")
         if source != ROOT:  # the baseline's own migrations too
@@ -206,7 +226,7 @@ def measure(args: argparse.Namespace, label: str, source: Path, latency: float) 
             interactive(gateway, live, Load(args.rate, 2, {"m": 1}, 1.0, seed=7), pids, None, 2)
 
             big = s.tmp / "big.jsonl"
-            write_lines(big, args.lines, 200, "big")
+            write_lines(big, args.lines, 200, "big", "mb" if args.own_upstream else "m")
             batch_id = api.create(api.upload(big))
             api.wait(batch_id, {"in_progress"} | FINAL, 120)
             deadline = time.monotonic() + 60
@@ -296,6 +316,12 @@ def main() -> None:
         type=int,
         default=0,
         help="this checkout's gateway at this CPU priority (-10: above the servers; root)",
+    )
+    parser.add_argument(
+        "--own-upstream",
+        action="store_true",
+        help="the batch's lines to a simulator of their own (route mb), not the one the "
+        "interactive calls use",
     )
     parser.add_argument("--baseline", help="git ref of a 'before' run (say main)")
     args = parser.parse_args()
