@@ -49,8 +49,11 @@ keep(STATE_TTL)
 if redis.call('ZSCORE', K_SLOTS, slot) then return {1, '', '0'} end
 local room = tonumber(until_) - now
 if room > 0 then
-  local ahead = served_before(class, member) - 1  -- not itself
-  local wait = expected_wait(ahead, allowed_slots())
+  -- Fair share serves at most everyone waiting first (ahead_of): when even that wait fits
+  -- the room, the exact count (the loud member, every member's service) is not needed.
+  local allowed = allowed_slots()
+  local wait = expected_wait(ahead_of(class) - 1, allowed)  -- not itself
+  if wait > room then wait = expected_wait(served_before(class, member) - 1, allowed) end
   if wait <= room then
     preempt_if_full()
     return {0, 'queued', tostring(position), until_}

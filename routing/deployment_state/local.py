@@ -170,8 +170,14 @@ class LocalDeploymentState:
         if slot in d.slots:
             return Admission(True)
         if until > now:
-            ahead = self._served_before(d, claim.priority, claim.member, now) - 1  # not itself
-            wait = expected_wait(ahead, self._allowed(d), d.hold)
+            # Fair share serves at most everyone waiting first (_ahead): when even that wait
+            # fits the room, the exact count (the loud member, every member's service) is
+            # not needed. Not itself, in both.
+            allowed = self._allowed(d)
+            wait = expected_wait(self._ahead(d, claim.priority) - 1, allowed, d.hold)
+            if wait > until - now:
+                ahead = self._served_before(d, claim.priority, claim.member, now) - 1
+                wait = expected_wait(ahead, allowed, d.hold)
             if wait <= until - now:
                 self._grants[slot] = asyncio.get_running_loop().create_future()
                 return Admission(

@@ -14,7 +14,7 @@ from core.lua import Scripts
 from routing.deployment_state import Limits, Result, grant_listener
 from routing.deployment_state import redis as redis_state
 from routing.deployment_state.local import LocalDeploymentState
-from routing.deployment_state.slot_policy import BATCH, INTERACTIVE, Claim
+from routing.deployment_state.slot_policy import BATCH, INTERACTIVE, Claim, queue_retry_after
 
 T0 = 1_800_000_000.0
 
@@ -152,3 +152,46 @@ def test_the_redis_shortcut_grants_what_its_dispatch_grants(seed: int, monkeypat
     with_shortcut = asyncio.run(_redis_replay(seed, redis_state.SCRIPTS))
     dispatch_only = asyncio.run(_redis_replay(seed, _without_shortcut()))
     assert with_shortcut == dispatch_only
+
+
+# A call that must queue is refused at once when the queue would not reach it in time. The
+# wait is first bounded by everyone waiting (at least what fair share serves before it);
+# only when that bound does not fit is the exact count made. Checked against the exact
+# count alone, on the same random traffic.
+
+
+class _ExactCountOnly(LocalDeploymentState):
+    def _ahead(self, d, priority) -> int:  # type: ignore[no-untyped-def]
+        return 10**9  # the bound never fits: every decision by the exact count
+
+    def _drain(self, d, priority) -> int:  # type: ignore[no-untyped-def]
+        ahead = LocalDeploymentState._ahead(self, d, priority)
+        return queue_retry_after(ahead, self._allowed(d), d.hold)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_queue_bound_decides_what_the_exact_count_decides(seed: int) -> None:
+    with_bound = asyncio.run(_replay(LocalDeploymentState(), seed))
+    exact_only = asyncio.run(_replay(_ExactCountOnly(), seed))
+    assert with_bound == exact_only
+
+
+def _without_bound() -> Scripts:
+    """The same scripts with the bound never fitting: every decision by the exact count."""
+    bound = "local wait = expected_wait(ahead_of(class) - 1, allowed)"
+    sources = {
+        name: source.replace(bound, "local wait = math.huge")
+        for name, source in redis_state.SCRIPTS.sources.items()
+    }
+    assert bound in redis_state.SCRIPTS.sources["acquire"]
+    return Scripts(sources)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_redis_queue_bound_decides_what_the_exact_count_decides(seed: int, monkeypatch) -> None:
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL is not set")
+    monkeypatch.setattr(grant_listener, "SWEEP_SECONDS", 3600.0)
+    with_bound = asyncio.run(_redis_replay(seed, redis_state.SCRIPTS))
+    exact_only = asyncio.run(_redis_replay(seed, _without_bound()))
+    assert with_bound == exact_only
