@@ -190,14 +190,9 @@ def outcomes(s: Stack) -> str:
 
 def measure(args: argparse.Namespace, label: str, source: Path, latency: float) -> Point:
     with stack() as s, own_database(s):
-        simulator = s.simulator(
-            "--model", "m:100000", "--output-tokens", "16", "--latency-ms", str(latency)
-        )
-        batch_simulator = simulator
-        if args.own_upstream:
-            batch_simulator = s.simulator(
-                "--model", "m:100000", "--output-tokens", "16", "--latency-ms", str(latency)
-            )
+        options = ("--model", "m:100000", "--output-tokens", "16", "--latency-ms", str(latency))
+        simulator = s.simulator(*options)
+        batch_simulator = s.simulator(*options) if args.own_upstream else simulator
         config = CONFIG.format(simulator=simulator, batch_simulator=batch_simulator)
         live = s.configure(config, member="bench@example.com", application="live")
         nightly = s.issue_key("bench@example.com", "nightly")
@@ -211,7 +206,9 @@ def measure(args: argparse.Namespace, label: str, source: Path, latency: float) 
             "SLUICE_REDIS_PREFIX": f"bench-{uuid.uuid4().hex[:8]}",
         }
         s.env |= env
-        nice = ("nice", "-n", str(args.gateway_nice)) if source == ROOT else ()
+        nice = (
+            ("nice", "-n", str(args.gateway_nice)) if source == ROOT and args.gateway_nice else ()
+        )
         gateway, pids = s.gateway(env=env, source=source, wrapper=nice)
         more = args.runner_args.split() if source == ROOT else []
         runner = subprocess.Popen(
