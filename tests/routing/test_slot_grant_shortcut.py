@@ -1,7 +1,8 @@
 """Both backends grant a slot at once when nothing is to be weighed (nobody waits, slots free
 beyond the headroom, batch under its cap): the same grant the fair-share pass makes.
 Checked against that pass alone on random traffic: every admission and the whole state
-after each step must match (for Redis: every key of the deployment, as stored)."""
+after each step must match (for Redis: every key of the deployment, as stored). The same
+for the bound a queued call's wait is checked against first (below)."""
 
 import asyncio
 import os
@@ -132,26 +133,37 @@ async def _redis_replay(seed: int, scripts: Scripts) -> list:
         await client.aclose()
 
 
-def _without_shortcut() -> Scripts:
-    """The same scripts with the Lua's shortcut answering no: every grant by the dispatch."""
-    head = "local function free_for(class)"
-    sources = {
-        name: source.replace(head, f"{head} do return false end")
-        for name, source in redis_state.SCRIPTS.sources.items()
-    }
-    assert all(head in source for source in redis_state.SCRIPTS.sources.values())
-    return Scripts(sources)
+def _scripts_with(old: str, new: str) -> Scripts:
+    """The same scripts with `old` (a line of the acquire script) replaced by `new`."""
+    assert old in redis_state.SCRIPTS.sources["acquire"]
+    sources = redis_state.SCRIPTS.sources.items()
+    return Scripts({name: source.replace(old, new) for name, source in sources})
+
+
+# What each Redis shortcut turns into when switched off: the Lua's grant at once answering
+# no (every grant by the dispatch), the queue's bound never fitting (every decision by the
+# exact count; see below).
+_WITHOUT = {
+    "shortcut": (
+        "local function free_for(class)",
+        "local function free_for(class) do return false end",
+    ),
+    "bound": ("local wait = expected_wait(ahead_of(class) - 1, allowed)", "local wait = math.huge"),
+}
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_redis_shortcut_grants_what_its_dispatch_grants(seed: int, monkeypatch) -> None:
+@pytest.mark.parametrize("without", sorted(_WITHOUT))
+def test_the_redis_shortcuts_decide_what_the_full_pass_decides(
+    without: str, seed: int, monkeypatch
+) -> None:
     if not os.environ.get("REDIS_URL"):
         pytest.skip("REDIS_URL is not set")
     # The waiters' sweep runs on the real clock, the replay on its own: not during it.
     monkeypatch.setattr(grant_listener, "SWEEP_SECONDS", 3600.0)
     with_shortcut = asyncio.run(_redis_replay(seed, redis_state.SCRIPTS))
-    dispatch_only = asyncio.run(_redis_replay(seed, _without_shortcut()))
-    assert with_shortcut == dispatch_only
+    full_pass = asyncio.run(_redis_replay(seed, _scripts_with(*_WITHOUT[without])))
+    assert with_shortcut == full_pass
 
 
 # A call that must queue is refused at once when the queue would not reach it in time. The
@@ -173,25 +185,4 @@ class _ExactCountOnly(LocalDeploymentState):
 def test_the_queue_bound_decides_what_the_exact_count_decides(seed: int) -> None:
     with_bound = asyncio.run(_replay(LocalDeploymentState(), seed))
     exact_only = asyncio.run(_replay(_ExactCountOnly(), seed))
-    assert with_bound == exact_only
-
-
-def _without_bound() -> Scripts:
-    """The same scripts with the bound never fitting: every decision by the exact count."""
-    bound = "local wait = expected_wait(ahead_of(class) - 1, allowed)"
-    sources = {
-        name: source.replace(bound, "local wait = math.huge")
-        for name, source in redis_state.SCRIPTS.sources.items()
-    }
-    assert bound in redis_state.SCRIPTS.sources["acquire"]
-    return Scripts(sources)
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_the_redis_queue_bound_decides_what_the_exact_count_decides(seed: int, monkeypatch) -> None:
-    if not os.environ.get("REDIS_URL"):
-        pytest.skip("REDIS_URL is not set")
-    monkeypatch.setattr(grant_listener, "SWEEP_SECONDS", 3600.0)
-    with_bound = asyncio.run(_redis_replay(seed, redis_state.SCRIPTS))
-    exact_only = asyncio.run(_redis_replay(seed, _without_bound()))
     assert with_bound == exact_only
