@@ -18,6 +18,7 @@ class UpstreamAdmin(admin.ModelAdmin):
         "connect_timeout",
         "read_timeout",
         "forward_openai_headers",
+        "http2",
     )
 
 

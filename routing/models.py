@@ -28,6 +28,11 @@ class Upstream(models.Model):
         help_text="Pass the client's OpenAI-Organization, OpenAI-Project and OpenAI-Beta "
         "headers on to this upstream (an OpenAI account that uses them).",
     )
+    http2 = models.BooleanField(
+        default=False,
+        help_text="Call this upstream over HTTP/2: many calls on one connection (https: if "
+        "the upstream chooses it, else HTTP/1.1; http: it must speak HTTP/2 without TLS).",
+    )
 
     def __str__(self) -> str:
         return self.name

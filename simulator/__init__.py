@@ -22,6 +22,7 @@ from simulator.cli import (
     describe,
     main,
     serve,
+    serve_http2,
 )
 from simulator.config import (
     FAULT_KINDS,
@@ -51,4 +52,5 @@ __all__ = [
     "parse_model_spec",
     "parse_schedule",
     "serve",
+    "serve_http2",
 ]

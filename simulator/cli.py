@@ -1,9 +1,11 @@
 """The command line: flags shared by `python -m simulator` and `manage.py simulate_upstream`,
-the start-up line, and uvicorn."""
+the start-up line, and the server (uvicorn; granian with `--http2`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
 from simulator.app import Simulator
 from simulator.config import (
@@ -35,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="2048",
         help="listen backlog (default %(default)s, uvicorn's; the kernel caps it at "
         "net.core.somaxconn): raise it for thousands of connections opened at once",
+    )
+    parser.add_argument(
+        "--http2",
+        action="store_true",
+        help="serve HTTP/2 without TLS (prior knowledge) beside HTTP/1.1 on the same port, "
+        "through granian: for an upstream set to `http2`",
     )
     parser.add_argument(
         "--model",
@@ -207,12 +215,46 @@ def serve(
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+_FLAGS = "SLUICE_SIMULATOR_FLAGS"  # the parsed flags, for granian's worker to build the app
+
+
+def serve_http2(args: argparse.Namespace, host: str, port: int, backlog: int) -> None:
+    """Granian (HTTP/1.1 and cleartext HTTP/2 on one port) in one worker process, which
+    builds the app from the same flags (`granian_app`)."""
+    from granian import Granian
+
+    os.environ[_FLAGS] = json.dumps(vars(args), default=str)
+    Granian(
+        "simulator.cli:granian_app",
+        factory=True,
+        interface="asgi",
+        address=host,
+        port=port,
+        backlog=backlog,
+        http="auto",
+        workers=1,
+        loop="uvloop",
+        log_enabled=False,
+        workers_kill_timeout=2,
+    ).serve()
+
+
+def granian_app() -> Simulator:
+    return Simulator(config_from_args(argparse.Namespace(**json.loads(os.environ[_FLAGS]))))
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m simulator",
-        description="OpenAI-compatible upstream simulator (plain ASGI, served by uvicorn).",
+        description="OpenAI-compatible upstream simulator (plain ASGI, served by uvicorn; "
+        "by granian with --http2).",
     )
     add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
@@ -221,7 +263,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     print(describe(config, host, port), flush=True)
-    serve(config, host, port, backlog)
+    if args.http2:
+        serve_http2(args, host, port, backlog)
+    else:
+        serve(config, host, port, backlog)
 
 
 if __name__ == "__main__":

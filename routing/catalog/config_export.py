@@ -72,6 +72,8 @@ def catalog_entries() -> dict[str, dict[str, Entry]]:
             "api_key_env": u.api_key_env,
             "connect_timeout": u.connect_timeout,
             "read_timeout": u.read_timeout,
+            "forward_openai_headers": u.forward_openai_headers,
+            "http2": u.http2,
         }
     for d in Deployment.objects.select_related("upstream").order_by("name"):
         out["deployments"][d.name] = {"name": d.name, "upstream": d.upstream.name} | {

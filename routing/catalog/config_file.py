@@ -80,6 +80,7 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "connect_timeout": (_NUM, False, 5.0),
         "read_timeout": (_NUM, False, 60.0),
         "forward_openai_headers": ((bool,), False, False),
+        "http2": ((bool,), False, False),
     },
     "deployments": {
         "name": ((str,), True, None),
@@ -413,7 +414,9 @@ def _differs(current: Any, wanted: Any) -> bool:
 def apply_config(config: dict[str, list[dict[str, Any]]]) -> ApplyReport:
     report = ApplyReport()
     for e in config["upstreams"]:
-        values = {k: e[k] for k in ("kind", "base_url", "api_key_env", "forward_openai_headers")}
+        values = {
+            k: e[k] for k in ("kind", "base_url", "api_key_env", "forward_openai_headers", "http2")
+        }
         values |= {
             "connect_timeout": float(e["connect_timeout"]),
             "read_timeout": float(e["read_timeout"]),

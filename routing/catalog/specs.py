@@ -29,6 +29,7 @@ class UpstreamSpec:
     read_timeout: float
     forward_openai_headers: bool = False
     kind: str = "openai"  # Upstream.Kind: the protocol it speaks
+    http2: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def _load() -> dict[str, RouteSpec]:
                         read_timeout=u.read_timeout,
                         forward_openai_headers=u.forward_openai_headers,
                         kind=u.kind,
+                        http2=u.http2,
                     ),
                     tier=d.tier,
                     max_concurrency=d.max_concurrency,

@@ -1,7 +1,8 @@
 """Calls to upstream APIs, whole or streamed, through the lean HTTP/1.1 client
 (routing/request_path/upstream_http.py): aiohttp's errors and timeouts, so the chain walk
 classifies failures as it always did, for a sixth of aiohttp's CPU per request and no timer
-moved per streamed chunk.
+moved per streamed chunk. An upstream set to `http2` is called over HTTP/2
+(routing/request_path/upstream_h2.py), with the same answers and errors.
 
 Neither aiohttp's client nor httpx: httpx.AsyncClient's pool scans every connection on each
 request, so its CPU per request grows with concurrency; aiohttp's stays flat, and the lean
@@ -15,10 +16,10 @@ from collections.abc import Mapping
 import aiohttp
 
 from routing.catalog.specs import DeploymentSpec
+from routing.request_path import upstream_h2, upstream_http
 from routing.request_path.classify import ErrorClass
 from routing.request_path.protocols import anthropic_upstream, responses_upstream
 from routing.request_path.protocols.native import NATIVE_PATHS, native_bytes
-from routing.request_path.upstream_http import close_pool, post
 
 # Transport failures, as the proxy sees them.
 UpstreamError = (aiohttp.ClientError, asyncio.TimeoutError)
@@ -26,7 +27,8 @@ UpstreamError = (aiohttp.ClientError, asyncio.TimeoutError)
 
 async def close_sessions() -> None:
     """Close this event loop's pooled upstream connections (a worker or runner ending)."""
-    close_pool()
+    upstream_http.close_pool()
+    upstream_h2.close_pool()
 
 
 # A client's OpenAI account headers, passed on only to upstreams configured to take them.
@@ -63,7 +65,7 @@ async def open_response(
     `traceparent`, when traces are exported) go to every upstream. A call not streamed
     (`whole`) is read with `read()`; a streamed one with `content.readany()`."""
     upstream = deployment.upstream
-    timeout = _Limits(upstream.connect_timeout, upstream.read_timeout, whole)
+    timeout = _Limits(upstream.connect_timeout, upstream.read_timeout, whole, upstream.http2)
     native = getattr(body, "native", None)
     if native is not None and native.kind == upstream.kind:
         # The client's own protocol: its body as it came, the answer as it comes.
@@ -129,12 +131,13 @@ def _native_headers(
 
 
 class _Limits:
-    """An attempt's connect and read timeouts, and whether its answer is read whole."""
+    """An attempt's connect and read timeouts, whether its answer is read whole, and
+    whether it goes over HTTP/2."""
 
-    __slots__ = ("connect", "read", "whole")
+    __slots__ = ("connect", "http2", "read", "whole")
 
-    def __init__(self, connect: float, read: float, whole: bool) -> None:
-        self.connect, self.read, self.whole = connect, read, whole
+    def __init__(self, connect: float, read: float, whole: bool, http2: bool) -> None:
+        self.connect, self.read, self.whole, self.http2 = connect, read, whole, http2
 
 
 async def _post(
@@ -147,13 +150,15 @@ async def _post(
         # reused it (its idle timeout is shorter than our pool's: uvicorn's is 5 s), so the
         # request was never read. Sent again once, not as a failed attempt, on a new
         # connection: the pool's other idle ones went idle as long and may be dropped too.
-        # A second drop is the upstream's failure.
+        # A second drop is the upstream's failure. Over HTTP/2: a stream the upstream
+        # refused, or left unprocessed as it went away.
         return await _send(url, body, headers, limits, fresh=True)
 
 
 async def _send(
     url: str, body: bytes, headers: dict[str, str], limits: _Limits, *, fresh: bool = False
 ) -> aiohttp.ClientResponse:
+    post = upstream_h2.post if limits.http2 else upstream_http.post
     return await post(  # type: ignore[return-value]  # status, headers, read(), content
         url,
         body,

@@ -27,7 +27,7 @@ import zlib
 from collections import deque
 from collections.abc import AsyncIterator
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -41,11 +41,13 @@ BUFFER_LIMIT = 256 * 1024  # a stream's bytes read but not yet taken by its read
 class _Connection(asyncio.Protocol):
     """One keep-alive connection and the answer it is reading, if any."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self, pool: "_Pool", key: tuple[str, int, bool]) -> None:
+        self.pool, self.key = pool, key
+        self.loop = pool.loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.paused = False
         self.idle_since = 0.0
         self._reset()
 
@@ -171,8 +173,54 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.closed
+    # --- what a Response and its BodyStream ask of it --------------------------------
+
+    @property
+    def status(self) -> int:
+        return self.parser.get_status_code()
+
+    def pause_reading(self) -> None:
+        if not self.closed and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def taken(self, size: int) -> None:
+        """The reader took `size` bytes: read on if it had fallen behind."""
+        if self.paused and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+
+    def release(self) -> None:
+        """Back to the pool if its answer was read to the end, else closed."""
+        if self.complete and self.keep_alive and not self.closed:
+            self.pool.give_back(self.key, self)
+        else:
+            self._close()
+
+    def abort(self) -> None:
+        self._close()
+
+
+class Exchange(Protocol):
+    """One request's answer as a Response reads it: an HTTP/1.1 connection, or a stream
+    of an HTTP/2 one (`upstream_h2`)."""
+
+    loop: asyncio.AbstractEventLoop
+    closed: bool
+    headers: list[tuple[str, str]]
+    done: "asyncio.Future[bytes] | None"
+    body: "BodyStream | None"
+
+    @property
+    def status(self) -> int: ...
+
+    def pause_reading(self) -> None: ...
+
+    def taken(self, size: int) -> None: ...
+
+    def release(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class BodyStream:
@@ -182,7 +230,7 @@ class BodyStream:
 
     __slots__ = ("_chunks", "_conn", "_decoder", "_ended", "_error", "_size", "_waiter")
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: Exchange) -> None:
         self._conn = conn
         self._chunks: list[bytes] = []
         self._size = 0
@@ -194,8 +242,8 @@ class BodyStream:
     def feed(self, data: bytes) -> None:
         self._chunks.append(data)
         self._size += len(data)
-        if self._size > BUFFER_LIMIT and not self._conn.closed:
-            self._conn.transport.pause_reading()  # type: ignore[union-attr]
+        if self._size > BUFFER_LIMIT:
+            self._conn.pause_reading()
         self._wake()
 
     def end(self, error: BaseException | None) -> None:
@@ -239,8 +287,7 @@ class BodyStream:
             finally:
                 self._waiter = None
         chunks, self._chunks = self._chunks, []
-        if self._size > BUFFER_LIMIT and not self._conn.closed:
-            self._conn.transport.resume_reading()  # type: ignore[union-attr]
+        self._conn.taken(self._size)
         self._size = 0
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
@@ -253,9 +300,9 @@ class Response:
     """What the chain walk reads of an answer (as of aiohttp's ClientResponse): `status`,
     `headers`, `read()`, `release()` and `close()`; a streamed one's body as `content`."""
 
-    def __init__(self, pool: "_Pool", key: tuple[str, int, bool], conn: _Connection) -> None:
-        self._pool, self._key, self._conn = pool, key, conn
-        self.status = conn.parser.get_status_code()
+    def __init__(self, conn: Exchange) -> None:
+        self._conn: Exchange | None = conn
+        self.status = conn.status
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(conn.headers))
         assert conn.done is not None
         self._done = conn.done
@@ -278,19 +325,16 @@ class Response:
         return self._body
 
     def release(self) -> None:
-        """Back to the pool if its answer was read to the end, else closed."""
-        conn, self._conn = self._conn, None  # type: ignore[assignment]
-        if conn is None:
-            return
-        if conn.reusable():
-            self._pool.give_back(self._key, conn)
-        else:
-            conn._close()
+        """Its connection back to the pool if the answer was read to the end, else closed
+        (an HTTP/2 stream: reset)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.release()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None  # type: ignore[assignment]
+        conn, self._conn = self._conn, None
         if conn is not None:
-            conn._close()
+            conn.abort()
 
 
 def _decoded(body: bytes, encoding: str) -> bytes:
@@ -311,9 +355,8 @@ def _decoded(body: bytes, encoding: str) -> bytes:
 
 
 @lru_cache(maxsize=512)
-def _target(url: str) -> tuple[tuple[str, int, bool], bytes]:
-    """A URL's pool key (host, port, TLS) and the start of its request: the request line
-    and Host header."""
+def url_parts(url: str) -> tuple[tuple[str, int, bool], str, str]:
+    """A URL's pool key (host, port, TLS), its authority (the Host header) and its path."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise aiohttp.InvalidURL(url)
@@ -321,10 +364,16 @@ def _target(url: str) -> tuple[tuple[str, int, bool], bytes]:
     port = parts.port or (443 if tls else 80)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     default = port == (443 if tls else 80)
-    host_header = host if default else f"{host}:{port}"
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    start = f"POST {target} HTTP/1.1\r\nHost: {host_header}\r\n".encode("latin-1")
-    return (parts.hostname, port, tls), start
+    authority = host if default else f"{host}:{port}"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return (parts.hostname, port, tls), authority, path
+
+
+@lru_cache(maxsize=512)
+def _target(url: str) -> tuple[tuple[str, int, bool], bytes]:
+    """A URL's pool key and the start of its request: the request line and Host header."""
+    key, authority, path = url_parts(url)
+    return key, f"POST {path} HTTP/1.1\r\nHost: {authority}\r\n".encode("latin-1")
 
 
 @lru_cache(maxsize=1)
@@ -359,7 +408,7 @@ class _Pool:
     async def connect(self, key: tuple[str, int, bool], within: float | None) -> _Connection:
         host, port, tls = key
         opening = self.loop.create_connection(
-            lambda: _Connection(self.loop),
+            lambda: _Connection(self, key),
             host,
             port,
             ssl=_tls_context() if tls else None,
@@ -439,4 +488,4 @@ async def post(
     except BaseException:  # failed, timed out or cancelled: the connection is not reused
         conn._close()
         raise
-    return Response(pool, key, conn)
+    return Response(conn)

@@ -15,7 +15,10 @@ import simulator
 
 
 class Command(BaseCommand):
-    help = "Run the OpenAI-compatible upstream simulator (plain ASGI app on uvicorn)."
+    help = (
+        "Run the OpenAI-compatible upstream simulator (plain ASGI app on uvicorn; granian "
+        "with --http2)."
+    )
     # The simulator touches neither the database nor the project's models.
     requires_system_checks: list[str] = []
     requires_migrations_checks = False
@@ -33,4 +36,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         self.stdout.write(simulator.describe(config, host, port))
         self.stdout.flush()
-        simulator.serve(config, host, port, backlog)
+        if options["http2"]:
+            simulator.serve_http2(ns, host, port, backlog)
+        else:
+            simulator.serve(config, host, port, backlog)
