@@ -3,7 +3,7 @@ trickling a chunk every 0.5-1 s, direct to the simulator and through one gateway
 
     .venv/bin/python bench/streams.py [--streams 1000,5000,10000] [--seconds 30]
                                       [--open-rate R] [--chunk-ms 750] [--clients 1]
-                                      [--baseline REF] [--py-spy PREFIX]
+                                      [--baseline REF] [--py-spy PREFIX] [--http2]
 
 The streams open at `--open-rate` a second, by default N / `--seconds` (the turnover of N open
 streams of that length: 10,000 streams of 30 s start 333 a second), and each asks the
@@ -23,6 +23,10 @@ production options of docs/operations.md plus `--backlog 8192`). Per N it prints
     above the cores.
 The client is raw asyncio protocols on uvloop in `--clients` processes; the bench raises its
 own limit of open files (inherited by the simulator and the gateway) to the hard limit.
+With `--http2` the simulator is served by granian (HTTP/1.1 and HTTP/2 on one port: the
+direct side still calls it over HTTP/1.1) and the gateway's upstream is set to `http2`, so a
+worker holds a descriptor a stream rather than two (a `--baseline` older than the setting
+calls the same simulator over HTTP/1.1).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
-from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, stack
+from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, process_tree, stack
 
 # The simulator's gap between chunks is drawn within a third either side of --chunk-ms (750:
 # a chunk every 0.5-1 s).
@@ -61,6 +65,7 @@ CONFIG = """
 [[upstreams]]
 name = "sim"
 base_url = "http://127.0.0.1:{port}/v1"
+http2 = {http2}
 connect_timeout = 30
 read_timeout = 60
 [[deployments]]
@@ -465,6 +470,11 @@ def main() -> None:
         help="also through a gateway of this git ref (say main), before this checkout's",
     )
     parser.add_argument(
+        "--http2",
+        action="store_true",
+        help="the gateway calls the simulator over HTTP/2 (the simulator on granian)",
+    )
+    parser.add_argument(
         "--py-spy",
         metavar="PREFIX",
         help="record the gateway with py-spy during each run into PREFIX-N.txt (collapsed "
@@ -484,7 +494,8 @@ def main() -> None:
     print(
         f"Open streams: one gateway worker, {os.cpu_count()} cores, RLIMIT_NOFILE {hard}, "
         f"somaxconn {Path('/proc/sys/net/core/somaxconn').read_text().strip()}, uvicorn "
-        f"--backlog {BACKLOG}, {args.clients} client process(es)"
+        f"--backlog {BACKLOG}, {args.clients} client process(es), upstream over "
+        + ("HTTP/2 (simulator on granian)" if args.http2 else "HTTP/1.1")
     )
     most = max(counts)
     ramp = max(n / open_rate(n, args) for n in counts)
@@ -493,13 +504,12 @@ def main() -> None:
         sim = s.simulator(
             "--model", f"m:{most * 2}", "--output-tokens", str(tokens),
             "--token-latency-ms", str(args.chunk_ms), "--token-latency-spread", f"{SPREAD:.4f}",
-            "--seed", "1", "--backlog", BACKLOG,
+            "--seed", "1", "--backlog", BACKLOG, *(["--http2"] if args.http2 else []),
         )  # fmt: skip
         sim_port = int(sim.rsplit(":", 1)[1])
-        sim_pids = [s.procs[-1].pid]
-        key = s.configure(
-            CONFIG.format(port=sim_port), member="bench@example.com", application="bench"
-        )
+        sim_pids = process_tree(s.procs[-1])  # granian's worker too (--http2)
+        config = CONFIG.format(port=sim_port, http2=str(args.http2).lower())
+        key = s.configure(config, member="bench@example.com", application="bench")
         sources = [("Sluice", ROOT)]
         if args.baseline:
             sources.insert(0, (args.baseline[:10], s.checkout(args.baseline)))

@@ -15,6 +15,7 @@ import math
 import random
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +80,7 @@ class Simulator(FaultInjection):
         self._token_spread = config.token_latency_spread
         self.responses = Responses()
         self._schedule_task: asyncio.Task | None = None
+        self.http_versions: Counter[str] = Counter()  # requests served, by HTTP version
         self._restart_clock()
 
         # Constant responses, encoded once.
@@ -155,11 +157,13 @@ class Simulator(FaultInjection):
     def reset_stats(self) -> None:
         for state in self.models.values():
             state.reset()
+        self.http_versions.clear()
 
     def stats(self) -> dict[str, Any]:
         return {
             "uptime_s": round(time.monotonic() - self.started, 3),
             "models": {name: state.stats() for name, state in self.models.items()},
+            "http_versions": dict(self.http_versions),  # requests by HTTP version ("2": --http2)
         }
 
     # -- ASGI -------------------------------------------------------------------------------
@@ -167,6 +171,7 @@ class Simulator(FaultInjection):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            self.http_versions[scope["http_version"]] += 1
             if time.monotonic() >= self._next_due:
                 self.apply_schedule()
             await self._http(scope, receive, send)

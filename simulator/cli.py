@@ -231,6 +231,7 @@ def serve_http2(args: argparse.Namespace, host: str, port: int, backlog: int) ->
         address=host,
         port=port,
         backlog=backlog,
+        backpressure=1_000_000,  # granian's own default (the backlog) would queue calls past it
         http="auto",
         workers=1,
         loop="uvloop",

@@ -239,6 +239,7 @@ def test_defaults_fill_fields_the_file_leaves_out() -> None:
     apply_raw(raw)
     u = Upstream.objects.get(name="u")
     assert (u.kind, u.api_key_env, u.connect_timeout, u.read_timeout) == ("openai", "", 5.0, 60.0)
+    assert (u.forward_openai_headers, u.http2) == (False, False)
     d = Deployment.objects.get(name="d")
     assert (d.tier, d.max_concurrency, d.context_window, d.enabled) == (
         "standard",
@@ -262,6 +263,20 @@ def _set(section: str, index: int, field: str, value: Any) -> Callable[[Raw], No
         raw[section][index][field] = value
 
     return change
+
+
+def test_an_upstreams_switches_survive_an_export_and_its_apply() -> None:
+    """`http2` and `forward_openai_headers` are in the exported file, so applying it back
+    changes nothing (an export without them would switch them off)."""
+    from routing.catalog.config_export import config_diff, config_export
+
+    raw = demo()
+    raw["upstreams"][0] |= {"http2": True, "forward_openai_headers": True}
+    apply_raw(raw)
+    exported = config_export()
+    assert "http2 = true" in exported
+    assert "forward_openai_headers = true" in exported
+    assert not config_diff(exported, apply=False).changed
 
 
 @pytest.mark.parametrize(
@@ -561,6 +576,11 @@ BAD = [
         "wrong-type-str-for-bool",
         _set("deployments", 1, "enabled", "yes"),
         "deployments[1] (medium): 'enabled' must be bool",
+    ),
+    (
+        "wrong-type-str-for-http2",
+        _set("upstreams", 0, "http2", "yes"),
+        "upstreams[0] (simulator): 'http2' must be bool",
     ),
     (
         "wrong-type-chain",

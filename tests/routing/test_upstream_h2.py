@@ -8,21 +8,29 @@ connection serves the next; a reader that falls behind stops its own stream, not
 connection."""
 
 import asyncio
+import datetime
+import ipaddress
 import json
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from pathlib import Path
 
 import aiohttp
 import h2.config
 import h2.connection
 import h2.events
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from h2.errors import ErrorCodes
 
 from routing.catalog.specs import DeploymentSpec, UpstreamSpec
 from routing.deployment_state import Limits
-from routing.request_path import upstream_h2
+from routing.request_path import upstream_h2, upstream_http
 from routing.request_path.classify import ErrorClass
 from routing.request_path.upstream import close_sessions, open_response, transport_error_class
 from routing.request_path.upstream_http import BUFFER_LIMIT
@@ -336,3 +344,91 @@ async def test_a_reader_that_falls_behind_stops_its_own_stream_not_the_connectio
     assert await _all(await _call(server)) == b"data: 2\n\n"  # the call beside it goes on
     assert await _all(slow) == flood
     assert (server.connections, connections[0].sent) == (1, len(flood))
+
+
+# --- over TLS: the upstream chooses ---------------------------------------------------------
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ssl.SSLContext]:
+    """A self-signed certificate for 127.0.0.1 that the clients trust (SSL_CERT_FILE, read
+    by `ssl.create_default_context`); the server's context."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    for module in (upstream_h2, upstream_http):
+        module._tls_context.cache_clear()
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_file, key_file)
+    yield server
+    for module in (upstream_h2, upstream_http):
+        module._tls_context.cache_clear()
+
+
+def _tls_deployment(server: asyncio.Server) -> DeploymentSpec:
+    return _deployment(f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+
+
+async def test_an_upstream_that_chooses_http2_over_tls_is_called_over_it(tls_cert, pools):
+    tls_cert.set_alpn_protocols(["h2", "http/1.1"])
+    served = H2Server(_ok)
+    served.server = await asyncio.start_server(served.handle, "127.0.0.1", 0, ssl=tls_cert)
+    deployment = _tls_deployment(served.server)
+    for _ in range(2):
+        response = await open_response(deployment, "chat/completions", b"{}", whole=True)
+        assert (response.status, await response.read()) == (200, b"data: 2\n\n")
+        response.release()
+    assert (served.connections, served.errors) == (1, [])
+    served.server.close()
+
+
+async def test_an_upstream_that_chooses_http1_over_tls_is_called_over_http1(tls_cert, pools):
+    tls_cert.set_alpn_protocols(["http/1.1"])
+    connections = 0
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=tls_cert)
+    deployment = _tls_deployment(server)
+    for _ in range(2):
+        response = await open_response(deployment, "chat/completions", b"{}", whole=True)
+        assert (response.status, await response.read()) == (200, b"ok")
+        response.release()
+    # The handshake that chose HTTP/1.1, then one kept-alive HTTP/1.1 connection.
+    assert connections == 2
+    assert upstream_h2._pool().http1 == {("127.0.0.1", server.sockets[0].getsockname()[1], True)}
+    server.close()
