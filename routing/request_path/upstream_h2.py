@@ -41,7 +41,13 @@ from routing.request_path.upstream_http import BUFFER_LIMIT, IDLE_SECONDS, BodyS
 # Until the upstream's settings arrive: the fewest concurrent streams RFC 9113 recommends a
 # server allow, so that a new connection's first calls are not refused.
 FIRST_STREAMS = 100
-CONNECTION_WINDOW = 2**31 - 1  # the largest: flow control is per stream (BUFFER_LIMIT)
+# Flow control is per stream (BUFFER_LIMIT): the connection's window is the largest there
+# is, its bytes handed back as they arrive, a MiB at a time.
+CONNECTION_WINDOW = 2**31 - 1
+CONNECTION_STEP = 1024 * 1024
+# A stream's bytes are handed back as its reader takes them, 64 KiB at a time (a frame per
+# 64 KiB rather than per chunk): the upstream keeps three quarters of the window to send in.
+STREAM_STEP = BUFFER_LIMIT // 4
 # Headers HTTP/2 forbids (RFC 9113 8.2.2): the connection's own in HTTP/1.1.
 _HOP_BY_HOP = frozenset(
     ("connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host")
@@ -71,6 +77,7 @@ class _Stream:
         "read_timeout",
         "started",
         "timer",
+        "unacked",
         "unsent",
     )
 
@@ -82,6 +89,7 @@ class _Stream:
         self.headers: list[tuple[str, str]] = []
         self.chunks: list[bytes] = []
         self.unsent = b""  # the request's body the upstream's window has no room for yet
+        self.unacked = 0  # bytes taken, not yet handed back to the windows
         self._status = 0
         self.started = self.complete = self.closed = False
         self.read_timeout: float | None = None
@@ -101,14 +109,13 @@ class _Stream:
     def data(self, data: bytes, flow_controlled: int) -> None:
         self.last_read = self.loop.time()
         if self.body is not None:
-            padding = flow_controlled - len(data)
-            if padding:
-                self.conn.acknowledge(padding, self.id)
+            if flow_controlled > len(data):  # padding: nothing to take, so taken now
+                self.taken(flow_controlled - len(data))
             if data:
                 self.body.feed(data)
-        else:  # read whole: the window handed back at once
+        else:  # read whole: taken as it comes
             self.chunks.append(data)
-            self.conn.acknowledge(flow_controlled, self.id)
+            self.taken(flow_controlled)
 
     def ended(self) -> None:
         self._cancel_timer()
@@ -162,7 +169,10 @@ class _Stream:
         """Nothing to do: the window not handed back stops the upstream's sending."""
 
     def taken(self, size: int) -> None:
-        self.conn.acknowledge(size, self.id)
+        self.unacked += size
+        if self.unacked >= STREAM_STEP and not self.complete:
+            self.conn.open_window(self.id, self.unacked)
+            self.unacked = 0
 
     def release(self) -> None:
         if not self.complete:
@@ -189,6 +199,7 @@ class _H2Connection(asyncio.Protocol):
         )
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, _Stream] = {}
+        self.unacked = 0  # bytes received, not yet handed back to the connection's window
         self.closed = self.going_away = self.settled = False
         self.idle_since = time.monotonic()
 
@@ -227,19 +238,21 @@ class _H2Connection(asyncio.Protocol):
         self.streams.clear()
 
     def _on(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.ResponseReceived):
+        if isinstance(event, h2.events.DataReceived):  # the most frequent first
+            size = event.flow_controlled_length or 0
+            self.unacked += size
+            if self.unacked >= CONNECTION_STEP:
+                self.h2.increment_flow_control_window(self.unacked)
+                self.unacked = 0
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.data(event.data or b"", size)
+        elif isinstance(event, h2.events.ResponseReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 stream.started = True
                 stream.last_read = self.loop.time()
                 stream.answered(event.headers)
-        elif isinstance(event, h2.events.DataReceived):
-            stream = self.streams.get(event.stream_id)
-            size = event.flow_controlled_length or 0
-            if stream is None:  # a stream given up: its bytes still count for the connection
-                self.acknowledge(size, event.stream_id)
-            else:
-                stream.data(event.data or b"", size)
         elif isinstance(event, h2.events.StreamEnded):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
@@ -330,10 +343,12 @@ class _H2Connection(asyncio.Protocol):
                 except h2.exceptions.StreamClosedError:
                     call.unsent = b""  # reset meanwhile: its answer says so
 
-    def acknowledge(self, size: int, stream_id: int) -> None:
-        """Hand `size` bytes of window back (h2 sends the update once it is worth a frame)."""
-        if size and not self.closed:
-            self.h2.acknowledge_received_data(size, stream_id)
+    def open_window(self, stream_id: int, size: int) -> None:
+        """Hand `size` bytes of a stream's window back to the upstream."""
+        if self.closed:
+            return
+        with contextlib.suppress(h2.exceptions.NoSuchStreamError):  # it ended meanwhile
+            self.h2.increment_flow_control_window(size, stream_id=stream_id)
             self._flush()
 
     def reset(self, call: _Stream) -> None:

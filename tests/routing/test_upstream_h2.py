@@ -110,7 +110,7 @@ class Served:
     writer: asyncio.StreamWriter
     number: int  # the server's connections, counted from 1
     window: asyncio.Event = field(default_factory=asyncio.Event)
-    sent: int = 0  # bytes sent by `data_as_window_allows`
+    sent: int = 0  # bytes sent by `data_as_window_allows` (the last of its streams)
 
     def respond(self, stream_id: int, status: int = 200, end: bool = False) -> None:
         headers = [(":status", str(status)), ("content-type", "text/event-stream")]
@@ -123,6 +123,7 @@ class Served:
 
     async def data_as_window_allows(self, stream_id: int, data: bytes) -> None:
         """Sends what the client's windows allow, waiting for more, then ends the stream."""
+        self.sent = 0
         while self.sent < len(data):
             room = min(
                 self.conn.local_flow_control_window(stream_id),
@@ -432,3 +433,30 @@ async def test_an_upstream_that_chooses_http1_over_tls_is_called_over_http1(tls_
     assert connections == 2
     assert upstream_h2._pool().http1 == {("127.0.0.1", server.sockets[0].getsockname()[1], True)}
     server.close()
+
+
+async def test_a_connections_window_is_handed_back_whatever_its_streams_readers_do(
+    scripted, monkeypatch
+):
+    """A connection's window of 200 KB and 40 answers of 50 KB on it, read whole, streamed
+    or abandoned unread: the window runs dry unless every byte received is handed back."""
+    monkeypatch.setattr(upstream_h2, "CONNECTION_WINDOW", 200_000)
+    monkeypatch.setattr(upstream_h2, "CONNECTION_STEP", 16_384)
+    answer = b"y" * 50_000
+
+    async def fifty_kb(served, stream_id, body):
+        served.respond(stream_id)
+        await served.data_as_window_allows(stream_id, answer)
+
+    server = await scripted(fifty_kb)
+    deployment = server.deployment(read_timeout=2.0)
+    for n in range(40):
+        if n % 3 == 0:  # abandoned once its head is in
+            response = await open_response(deployment, "chat/completions", b"{}", whole=False)
+            response.close()
+            continue
+        whole = n % 3 == 1
+        response = await open_response(deployment, "chat/completions", b"{}", whole=whole)
+        assert await (response.read() if whole else _all(response)) == answer
+        response.release()
+    assert server.connections == 1
