@@ -3,7 +3,8 @@ trickling a chunk every 0.5-1 s, direct to the simulator and through one gateway
 
     .venv/bin/python bench/streams.py [--streams 1000,5000,10000] [--seconds 30]
                                       [--open-rate R] [--chunk-ms 750] [--clients 1]
-                                      [--baseline REF] [--py-spy PREFIX] [--http2]
+                                      [--baseline REF] [--py-spy PREFIX]
+                                      [--upstream-http 1|2|1,2]
 
 The streams open at `--open-rate` a second, by default N / `--seconds` (the turnover of N open
 streams of that length: 10,000 streams of 30 s start 333 a second), and each asks the
@@ -23,16 +24,17 @@ production options of docs/operations.md plus `--backlog 8192`). Per N it prints
     above the cores.
 The client is raw asyncio protocols on uvloop in `--clients` processes; the bench raises its
 own limit of open files (inherited by the simulator and the gateway) to the hard limit.
-With `--http2` the simulator is served by granian (HTTP/1.1 and HTTP/2 on one port: the
-direct side still calls it over HTTP/1.1) and the gateway's upstream is set to `http2`, so a
-worker holds a descriptor a stream rather than two (a `--baseline` older than the setting
-calls the same simulator over HTTP/1.1).
+`--upstream-http 2` calls the simulator through an upstream set to `http2` (a worker then
+holds a descriptor a stream rather than two), `1,2` both ways in turn; either serves the
+simulator by granian (HTTP/1.1 and HTTP/2 on one port; the direct side calls it over
+HTTP/1.1), where `1` alone serves it by uvicorn.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -65,7 +67,12 @@ CONFIG = """
 [[upstreams]]
 name = "sim"
 base_url = "http://127.0.0.1:{port}/v1"
-http2 = {http2}
+connect_timeout = 30
+read_timeout = 60
+[[upstreams]]
+name = "sim-h2"
+base_url = "http://127.0.0.1:{port}/v1"
+http2 = true
 connect_timeout = 30
 read_timeout = 60
 [[deployments]]
@@ -74,15 +81,24 @@ upstream = "sim"
 model = "m"
 max_concurrency = 100000
 breaker_threshold = 0
+[[deployments]]
+name = "trickle-h2"
+upstream = "sim-h2"
+model = "m"
+max_concurrency = 100000
+breaker_threshold = 0
 [[routes]]
 name = "trickle"
 chain = ["trickle"]
+[[routes]]
+name = "trickle-h2"
+chain = ["trickle-h2"]
 [[teams]]
 slug = "bench"
 [[applications]]
 slug = "bench"
 team = "bench"
-routes = ["trickle"]
+routes = ["trickle", "trickle-h2"]
 [[members]]
 email = "bench@example.com"
 team = "bench"
@@ -334,10 +350,10 @@ def profile(prefix: str, n: int, pid: int) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def warm_up(url: str, key: str) -> None:
+def warm_up(url: str, key: str, route: str) -> None:
     """A few short calls first: the key, route and limits are cached as in a gateway that has
     been up a while (a cold worker's first calls read them from the database)."""
-    body = {"model": "trickle", "messages": [{"role": "user", "content": "hi"}]}
+    body = {"model": route, "messages": [{"role": "user", "content": "hi"}]}
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         for _ in range(20):
@@ -417,18 +433,19 @@ def through(
     n: int,
     args: argparse.Namespace,
     spy_name: str | None,
+    route: str,
 ) -> tuple[Side, dict[str, float]]:
-    """N streams through a fresh, warmed-up gateway of `source`; what they measured and
-    what the gateway spent."""
+    """N streams through a fresh, warmed-up gateway of `source` on `route`; what they
+    measured and what the gateway spent."""
     url, pids = s.gateway(source=source, extra=("--backlog", BACKLOG))
     port = int(url.rsplit(":", 1)[1])
-    warm_up(url, key)
+    warm_up(url, key, route)
     watch = Watch(pids)
     idle = rss_mib(pids)
     spy = profile(spy_name, n, pids[0]) if spy_name else None
     cpu0, sim0, wall0 = cpu_seconds(pids), cpu_seconds(sim_pids), time.monotonic()
     system0 = user_system_seconds(pids)[1]
-    via, client = run_side(pool, args.clients, port, key, "trickle", n, args, watch)
+    via, client = run_side(pool, args.clients, port, key, route, n, args, watch)
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
         spy.wait(timeout=60)
@@ -470,9 +487,11 @@ def main() -> None:
         help="also through a gateway of this git ref (say main), before this checkout's",
     )
     parser.add_argument(
-        "--http2",
-        action="store_true",
-        help="the gateway calls the simulator over HTTP/2 (the simulator on granian)",
+        "--upstream-http",
+        default="1",
+        choices=["1", "2", "1,2"],
+        help="the gateway calls the simulator over HTTP/1.1, HTTP/2 or both in turn (2: the "
+        "simulator on granian)",
     )
     parser.add_argument(
         "--py-spy",
@@ -490,12 +509,16 @@ def main() -> None:
         or args.chunk_ms <= 0
     ):
         parser.error("--streams takes positive counts; --open-rate, --clients, --chunk-ms > 0")
+    protocols = [
+        (f"h{v}", "trickle-h2" if v == "2" else "trickle") for v in args.upstream_http.split(",")
+    ]
+    granian = "2" in args.upstream_http  # serves HTTP/2 beside HTTP/1.1
     hard = _raise_open_files()  # the simulator and the gateway inherit it
     print(
         f"Open streams: one gateway worker, {os.cpu_count()} cores, RLIMIT_NOFILE {hard}, "
         f"somaxconn {Path('/proc/sys/net/core/somaxconn').read_text().strip()}, uvicorn "
-        f"--backlog {BACKLOG}, {args.clients} client process(es), upstream over "
-        + ("HTTP/2 (simulator on granian)" if args.http2 else "HTTP/1.1")
+        f"--backlog {BACKLOG}, {args.clients} client process(es), simulator on "
+        + ("granian" if granian else "uvicorn")
     )
     most = max(counts)
     ramp = max(n / open_rate(n, args) for n in counts)
@@ -504,11 +527,11 @@ def main() -> None:
         sim = s.simulator(
             "--model", f"m:{most * 2}", "--output-tokens", str(tokens),
             "--token-latency-ms", str(args.chunk_ms), "--token-latency-spread", f"{SPREAD:.4f}",
-            "--seed", "1", "--backlog", BACKLOG, *(["--http2"] if args.http2 else []),
+            "--seed", "1", "--backlog", BACKLOG, *(["--http2"] if granian else []),
         )  # fmt: skip
         sim_port = int(sim.rsplit(":", 1)[1])
         sim_pids = process_tree(s.procs[-1])  # granian's worker too (--http2)
-        config = CONFIG.format(port=sim_port, http2=str(args.http2).lower())
+        config = CONFIG.format(port=sim_port)
         key = s.configure(config, member="bench@example.com", application="bench")
         sources = [("Sluice", ROOT)]
         if args.baseline:
@@ -518,9 +541,10 @@ def main() -> None:
             direct, _ = run_side(pool, args.clients, sim_port, None, "m", n, args)
             print(f"  (direct: simulator CPU {cpu_seconds(sim_pids) - before:.1f} s)")
             runs = []
-            for name, source in sources:
-                spy_name = f"{args.py_spy}-{name}" if args.py_spy else None
-                via, gateway = through(s, source, pool, key, sim_pids, n, args, spy_name)
+            for (name, source), (protocol, route) in itertools.product(sources, protocols):
+                name = f"{name} {protocol}" if len(protocols) > 1 or granian else name
+                spy_name = f"{args.py_spy}-{name.replace(' ', '-')}" if args.py_spy else None
+                via, gateway = through(s, source, pool, key, sim_pids, n, args, spy_name, route)
                 runs.append((name, via, gateway))
             report(n, direct, runs, args)
             sys.stdout.flush()
