@@ -118,7 +118,7 @@ class _Stream:
             self.taken(flow_controlled)
 
     def ended(self) -> None:
-        self._cancel_timer()
+        self.cancel_timer()
         self.complete = self.closed = True
         if self.body is not None:
             self.body.end(None)
@@ -128,7 +128,7 @@ class _Stream:
             self.fail(aiohttp.ClientResponseError(None, (), message="a stream with no answer"))
 
     def fail(self, exc: BaseException) -> None:
-        self._cancel_timer()
+        self.cancel_timer()
         self.closed = True
         if self.body is not None:
             self.body.end(exc)
@@ -154,7 +154,7 @@ class _Stream:
         self.fail(aiohttp.SocketTimeoutError(f"no data for {self.read_timeout:g} s"))
         self.conn.reset(self)
 
-    def _cancel_timer(self) -> None:
+    def cancel_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -310,9 +310,13 @@ class _H2Connection(asyncio.Protocol):
                 raise ValueError(f"a line break in the value of header {name!r}")
             fields.append((name, value))
         fields.append(("content-length", str(len(body))))
-        stream_id = self.h2.get_next_available_stream_id()
+        try:
+            stream_id = self.h2.get_next_available_stream_id()
+            self.h2.send_headers(stream_id, fields, end_stream=not body)
+        except h2.exceptions.ProtocolError:  # the connection can take no new stream
+            self.going_away = True
+            raise aiohttp.ServerDisconnectedError() from None  # not sent: send it elsewhere
         call = _Stream(self, stream_id, stream)
-        self.h2.send_headers(stream_id, fields, end_stream=not body)
         self.streams[stream_id] = call
         call.unsent = body
         if body:
@@ -353,6 +357,7 @@ class _H2Connection(asyncio.Protocol):
 
     def reset(self, call: _Stream) -> None:
         """Give up a stream (cancelled, timed out, abandoned): the upstream stops sending."""
+        call.cancel_timer()
         if self.streams.pop(call.id, None) is None or self.closed:
             return
         with contextlib.suppress(h2.exceptions.StreamClosedError):  # it ended meanwhile
