@@ -171,7 +171,7 @@ class Simulator(FaultInjection):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            self.http_versions[scope["http_version"]] += 1
+            self.http_versions[scope.get("http_version", "1.1")] += 1
             if time.monotonic() >= self._next_due:
                 self.apply_schedule()
             await self._http(scope, receive, send)
