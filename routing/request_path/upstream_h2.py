@@ -36,7 +36,13 @@ import h2.settings
 from h2.errors import ErrorCodes
 
 from routing.request_path import upstream_http
-from routing.request_path.upstream_http import BUFFER_LIMIT, IDLE_SECONDS, BodyStream, Response
+from routing.request_path.upstream_http import (
+    BUFFER_LIMIT,
+    IDLE_SECONDS,
+    Answering,
+    BodyStream,
+    Response,
+)
 
 # Until the upstream's settings arrive: the fewest concurrent streams RFC 9113 recommends a
 # server allow, so that a new connection's first calls are not refused.
@@ -57,7 +63,7 @@ _H2_CONFIG = h2.config.H2Configuration(client_side=True, header_encoding=None)
 Key = tuple[str, int, bool]
 
 
-class _Stream:
+class _Stream(Answering):
     """One request on a connection and its answer (an `Exchange`, as an HTTP/1.1
     connection is to the Response reading it)."""
 
@@ -118,46 +124,18 @@ class _Stream:
             self.taken(flow_controlled)
 
     def ended(self) -> None:
-        self.cancel_timer()
         self.complete = self.closed = True
-        if self.body is not None:
-            self.body.end(None)
-        if self.done is not None and not self.done.done():
-            self.done.set_result(b"".join(self.chunks))
+        self.settle(None)
         if not self.head.done():  # ended without an answer's head: not HTTP as it should be
             self.fail(aiohttp.ClientResponseError(None, (), message="a stream with no answer"))
 
     def fail(self, exc: BaseException) -> None:
-        self.cancel_timer()
         self.closed = True
-        if self.body is not None:
-            self.body.end(exc)
-        for waiter in (self.head, self.done):
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(exc)
-                waiter.exception()  # raised to whoever awaits it; no "never retrieved" if none
+        self.settle(exc)
 
-    def start_timer(self, read_timeout: float | None) -> None:
-        self.read_timeout = read_timeout
-        if read_timeout is not None:
-            self.last_read = self.loop.time()
-            self.timer = self.loop.call_later(read_timeout, self._check_read)
-
-    def _check_read(self) -> None:
-        """The longest wait between two reads, as an HTTP/1.1 connection's."""
-        assert self.read_timeout is not None
-        quiet = self.loop.time() - self.last_read
-        if quiet < self.read_timeout:
-            self.timer = self.loop.call_later(self.read_timeout - quiet, self._check_read)
-            return
-        self.timer = None
-        self.fail(aiohttp.SocketTimeoutError(f"no data for {self.read_timeout:g} s"))
+    def timed_out(self, exc: BaseException) -> None:
+        self.fail(exc)
         self.conn.reset(self)
-
-    def cancel_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
 
     # --- what a Response and its BodyStream ask of it ---------------------------------
 
@@ -452,24 +430,9 @@ class _Pool:
         return conn
 
     async def _connect(self, key: Key, within: float | None) -> _H2Connection:
-        host, port, tls = key
-        opening = self.loop.create_connection(
-            lambda: _H2Connection(self.loop, key),
-            host,
-            port,
-            ssl=_tls_context() if tls else None,
-            server_hostname=host if tls else None,
+        transport, conn = await upstream_http.open_connection(
+            self.loop, lambda: _H2Connection(self.loop, key), key, within, _tls_context()
         )
-        try:
-            async with asyncio.timeout(within):
-                transport, conn = await opening
-        except TimeoutError:
-            raise aiohttp.ConnectionTimeoutError(
-                f"no connection to {host}:{port} within {within:g} s"
-            ) from None
-        except OSError as exc:
-            message = f"{host}:{port}: {exc.strerror or exc}"
-            raise aiohttp.ClientOSError(exc.errno, message) from None
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and ssl_object.selected_alpn_protocol() != "h2":
             self.http1.add(key)
@@ -489,23 +452,9 @@ class _Http1Chosen(Exception):
     """The upstream's TLS chose HTTP/1.1."""
 
 
-_pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
-
-
-def _pool() -> _Pool:
-    loop = asyncio.get_running_loop()
-    found = _pools.get(loop)
-    if found is None or found.closed:
-        for stale in [old for old in _pools if old.is_closed()]:
-            del _pools[stale]
-        found = _pools[loop] = _Pool(loop)
-    return found
-
-
-def close_pool() -> None:
-    found = _pools.pop(asyncio.get_running_loop(), None)
-    if found is not None:
-        found.close()
+_pools = upstream_http.PerLoop(_Pool)
+_pool = _pools.get
+close_pool = _pools.close
 
 
 async def post(

@@ -25,9 +25,9 @@ import ssl
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -38,7 +38,61 @@ IDLE_SECONDS = 30.0  # as the aiohttp connector's keepalive_timeout
 BUFFER_LIMIT = 256 * 1024  # a stream's bytes read but not yet taken by its reader
 
 
-class _Connection(asyncio.Protocol):
+class Answering:
+    """An answer being read: its futures, its body and the read timeout between two reads
+    (an HTTP/1.1 connection's current answer, or an HTTP/2 stream's)."""
+
+    __slots__ = ()
+    loop: asyncio.AbstractEventLoop
+    head: "asyncio.Future[int] | None"
+    done: "asyncio.Future[bytes] | None"
+    body: "BodyStream | None"
+    chunks: list[bytes]
+    read_timeout: float | None
+    last_read: float
+    timer: asyncio.TimerHandle | None
+
+    def start_timer(self, read_timeout: float | None) -> None:
+        self.read_timeout = read_timeout
+        if read_timeout is not None:
+            self.last_read = self.loop.time()
+            self.timer = self.loop.call_later(read_timeout, self._check_read)
+
+    def _check_read(self) -> None:
+        """aiohttp's sock_read: the longest wait between two reads (one timer a request,
+        looked at again when it fires rather than moved on every read)."""
+        assert self.read_timeout is not None
+        quiet = self.loop.time() - self.last_read
+        if quiet < self.read_timeout:
+            self.timer = self.loop.call_later(self.read_timeout - quiet, self._check_read)
+            return
+        self.timer = None
+        self.timed_out(aiohttp.SocketTimeoutError(f"no data for {self.read_timeout:g} s"))
+
+    def timed_out(self, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def settle(self, exc: BaseException | None) -> None:
+        """The answer ended (`exc` None: its body is what came) or failed with `exc`."""
+        self.cancel_timer()
+        if self.body is not None:
+            self.body.end(exc)
+        if exc is None:
+            if self.done is not None and not self.done.done():
+                self.done.set_result(b"".join(self.chunks))
+            return
+        for waiter in (self.head, self.done):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+                waiter.exception()  # raised to whoever awaits it; no "never retrieved" if none
+
+
+class _Connection(Answering, asyncio.Protocol):
     """One keep-alive connection and the answer it is reading, if any."""
 
     def __init__(self, pool: "_Pool", key: tuple[str, int, bool]) -> None:
@@ -84,7 +138,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._cancel_timer()
+        self.cancel_timer()
         if self.done is None or self.done.done():
             return
         if not self.started:
@@ -122,51 +176,24 @@ class _Connection(asyncio.Protocol):
         self.done = self.loop.create_future()
         if stream:
             self.body = BodyStream(self)
-        self.read_timeout = read_timeout
-        if read_timeout is not None:
-            self.last_read = self.loop.time()
-            self.timer = self.loop.call_later(read_timeout, self._check_read)
+        self.start_timer(read_timeout)
         self.transport.write(request)
-
-    def _check_read(self) -> None:
-        """aiohttp's sock_read: the longest wait between two reads (one timer a request,
-        looked at again when it fires rather than moved on every read)."""
-        assert self.read_timeout is not None
-        quiet = self.loop.time() - self.last_read
-        if quiet < self.read_timeout:
-            self.timer = self.loop.call_later(self.read_timeout - quiet, self._check_read)
-            return
-        self.timer = None
-        self._fail(aiohttp.SocketTimeoutError(f"no data for {self.read_timeout:g} s"))
 
     def _ends_at_close(self) -> bool:
         names = {name.lower() for name, _ in self.headers}
         return "content-length" not in names and "transfer-encoding" not in names
 
     def _finish(self) -> None:
-        self._cancel_timer()
         self.complete = True
-        if self.body is not None:
-            self.body.end(None)
-        if self.done is not None and not self.done.done():
-            self.done.set_result(b"".join(self.chunks))
+        self.settle(None)
         if self.head is not None and not self.head.done():
             self.head.set_result(self.parser.get_status_code())
 
     def _fail(self, exc: BaseException) -> None:
-        self._cancel_timer()
-        if self.body is not None:
-            self.body.end(exc)
-        for waiter in (self.head, self.done):
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(exc)
-                waiter.exception()  # raised to whoever awaits it; no "never retrieved" if none
+        self.settle(exc)
         self._close()
 
-    def _cancel_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+    timed_out = _fail
 
     def _close(self) -> None:
         self.closed = True
@@ -406,24 +433,9 @@ class _Pool:
         self.idle.setdefault(key, deque()).append(conn)
 
     async def connect(self, key: tuple[str, int, bool], within: float | None) -> _Connection:
-        host, port, tls = key
-        opening = self.loop.create_connection(
-            lambda: _Connection(self, key),
-            host,
-            port,
-            ssl=_tls_context() if tls else None,
-            server_hostname=host if tls else None,
+        _, conn = await open_connection(
+            self.loop, lambda: _Connection(self, key), key, within, _tls_context()
         )
-        try:
-            async with asyncio.timeout(within):
-                _, conn = await opening
-        except TimeoutError:
-            raise aiohttp.ConnectionTimeoutError(
-                f"no connection to {host}:{port} within {within:g} s"
-            ) from None
-        except OSError as exc:
-            message = f"{host}:{port}: {exc.strerror or exc}"
-            raise aiohttp.ClientOSError(exc.errno, message) from None
         return conn
 
     def close(self) -> None:
@@ -434,23 +446,72 @@ class _Pool:
         self.idle.clear()
 
 
-_pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+P = TypeVar("P", bound=asyncio.BaseProtocol)
 
 
-def _pool() -> _Pool:
-    loop = asyncio.get_running_loop()
-    found = _pools.get(loop)
-    if found is None or found.closed:
-        for stale in [old for old in _pools if old.is_closed()]:
-            del _pools[stale]
-        found = _pools[loop] = _Pool(loop)
-    return found
+async def open_connection(
+    loop: asyncio.AbstractEventLoop,
+    protocol: Callable[[], P],
+    key: tuple[str, int, bool],
+    within: float | None,
+    tls_context: ssl.SSLContext,
+) -> tuple[asyncio.BaseTransport, P]:
+    """A connection to the upstream `key` (host, port, TLS) within `within` seconds, its
+    failures as aiohttp's."""
+    host, port, tls = key
+    opening = loop.create_connection(
+        protocol,
+        host,
+        port,
+        ssl=tls_context if tls else None,
+        server_hostname=host if tls else None,
+    )
+    try:
+        async with asyncio.timeout(within):
+            return await opening
+    except TimeoutError:
+        raise aiohttp.ConnectionTimeoutError(
+            f"no connection to {host}:{port} within {within:g} s"
+        ) from None
+    except OSError as exc:
+        message = f"{host}:{port}: {exc.strerror or exc}"
+        raise aiohttp.ClientOSError(exc.errno, message) from None
 
 
-def close_pool() -> None:
-    found = _pools.pop(asyncio.get_running_loop(), None)
-    if found is not None:
-        found.close()
+class Pool(Protocol):
+    closed: bool
+
+    def close(self) -> None: ...
+
+
+Pooled = TypeVar("Pooled", bound=Pool)
+
+
+class PerLoop(Generic[Pooled]):
+    """A pool per event loop (a worker has one; tests start and close many)."""
+
+    def __init__(self, make: Callable[[asyncio.AbstractEventLoop], Pooled]) -> None:
+        self.make = make
+        self.pools: dict[asyncio.AbstractEventLoop, Pooled] = {}
+
+    def get(self) -> Pooled:
+        loop = asyncio.get_running_loop()
+        found = self.pools.get(loop)
+        if found is None or found.closed:
+            for stale in [old for old in self.pools if old.is_closed()]:
+                del self.pools[stale]
+            found = self.pools[loop] = self.make(loop)
+        return found
+
+    def close(self) -> None:
+        found = self.pools.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            found.close()
+
+
+_pools = PerLoop(_Pool)
+_pool = _pools.get
+close_pool = _pools.close
 
 
 def _request_bytes(start: bytes, headers: dict[str, str], body: bytes) -> bytes:
