@@ -110,7 +110,8 @@ class _Stream(Answering):
                 self._status = int(value)
             elif not name.startswith(b":"):
                 self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
-        self.head.set_result(self._status)
+        if not self.head.done():
+            self.head.set_result(self._status)
 
     def data(self, data: bytes, flow_controlled: int) -> None:
         self.last_read = self.loop.time()

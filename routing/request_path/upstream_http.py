@@ -233,7 +233,6 @@ class Exchange(Protocol):
     of an HTTP/2 one (`upstream_h2`)."""
 
     loop: asyncio.AbstractEventLoop
-    closed: bool
     headers: list[tuple[str, str]]
     done: "asyncio.Future[bytes] | None"
     body: "BodyStream | None"
