@@ -285,8 +285,7 @@ class _H2Connection(asyncio.Protocol):
             name = name.lower()
             if name in _HOP_BY_HOP or name == "content-length":
                 continue
-            if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-                raise ValueError(f"a line break in the value of header {name!r}")
+            upstream_http.check_header(name, value)
             fields.append((name, value))
         fields.append(("content-length", str(len(body))))
         try:

@@ -513,11 +513,16 @@ _pool = _pools.get
 close_pool = _pools.close
 
 
+def check_header(name: str, value: str) -> None:
+    """A header that would end the request's head early is refused, not sent."""
+    if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+        raise ValueError(f"a line break in the value of header {name!r}")
+
+
 def _request_bytes(start: bytes, headers: dict[str, str], body: bytes) -> bytes:
     lines = [start]
     for name, value in headers.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-            raise ValueError(f"a line break in the value of header {name!r}")
+        check_header(name, value)
         lines.append(f"{name}: {value}\r\n".encode("latin-1"))
     lines.append(b"content-length: %d\r\n\r\n" % len(body))
     lines.append(body)

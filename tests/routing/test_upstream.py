@@ -8,7 +8,7 @@ keeps the answer's status when its body fails, and is `cut` when its own deadlin
 import asyncio
 import gzip
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -23,7 +23,7 @@ from routing.observability.audit import AttemptLog, CallLog
 from routing.request_path.chain import Answer, ChainWalk, Failure
 from routing.request_path.classify import ErrorClass
 from routing.request_path.payloads import Endpoint, parse_request
-from routing.request_path.upstream import close_sessions, open_response, transport_error_class
+from routing.request_path.upstream import open_response, transport_error_class
 
 ANSWER = b'{"ok": true}'
 
@@ -71,13 +71,10 @@ class Upstream:
 
 
 @pytest.fixture
-async def upstream(request: pytest.FixtureRequest) -> AsyncIterator[Upstream]:
+async def upstream(request: pytest.FixtureRequest, serving) -> Upstream:
     served = Upstream(request.param)
-    served.server = await asyncio.start_server(served.handle, "127.0.0.1", 0)
-    yield served
-    await close_sessions()
-    served.server.close()
-    await served.server.wait_closed()
+    served.server = await serving(served.handle)
+    return served
 
 
 async def _call(upstream: Upstream, whole: bool = False) -> int:
@@ -160,20 +157,13 @@ class Scripted:
 
 
 @pytest.fixture
-async def scripted() -> AsyncIterator[Callable[[Answering], Awaitable[Scripted]]]:
-    started: list[Scripted] = []
-
+def scripted(serving) -> Callable[[Answering], Awaitable[Scripted]]:
     async def start(answer: Answering) -> Scripted:
         served = Scripted(answer)
-        served.server = await asyncio.start_server(served.handle, "127.0.0.1", 0)
-        started.append(served)
+        served.server = await serving(served.handle)
         return served
 
-    yield start
-    await close_sessions()
-    for served in started:
-        served.server.close()
-        await served.server.wait_closed()
+    return start
 
 
 async def _whole(served: Scripted, read_timeout: float = 5.0) -> tuple[int, bytes, str | None]:

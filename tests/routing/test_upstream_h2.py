@@ -200,20 +200,17 @@ class H2Server:
 
 
 @pytest.fixture
-async def scripted() -> AsyncIterator[Callable[[Script], Awaitable[H2Server]]]:
+async def scripted(serving) -> AsyncIterator[Callable[[Script], Awaitable[H2Server]]]:
     started: list[H2Server] = []
 
     async def start(answer: Script) -> H2Server:
         served = H2Server(answer)
-        served.server = await asyncio.start_server(served.handle, "127.0.0.1", 0)
+        served.server = await serving(served.handle)
         started.append(served)
         return served
 
     yield start
-    await close_sessions()
     for served in started:
-        served.server.close()
-        await served.server.wait_closed()
         assert served.errors == []  # a script that failed proves nothing
 
 
@@ -395,20 +392,19 @@ def _tls_deployment(server: asyncio.Server) -> DeploymentSpec:
     return _deployment(f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
 
 
-async def test_an_upstream_that_chooses_http2_over_tls_is_called_over_it(tls_cert, pools):
+async def test_an_upstream_that_chooses_http2_over_tls_is_called_over_it(tls_cert, serving):
     tls_cert.set_alpn_protocols(["h2", "http/1.1"])
     served = H2Server(_ok)
-    served.server = await asyncio.start_server(served.handle, "127.0.0.1", 0, ssl=tls_cert)
+    served.server = await serving(served.handle, ssl=tls_cert)
     deployment = _tls_deployment(served.server)
     for _ in range(2):
         response = await open_response(deployment, "chat/completions", b"{}", whole=True)
         assert (response.status, await response.read()) == (200, b"data: 2\n\n")
         response.release()
     assert (served.connections, served.errors) == (1, [])
-    served.server.close()
 
 
-async def test_an_upstream_that_chooses_http1_over_tls_is_called_over_http1(tls_cert, pools):
+async def test_an_upstream_that_chooses_http1_over_tls_is_called_over_http1(tls_cert, serving):
     tls_cert.set_alpn_protocols(["http/1.1"])
     connections = 0
 
@@ -423,7 +419,7 @@ async def test_an_upstream_that_chooses_http1_over_tls_is_called_over_http1(tls_
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    server = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=tls_cert)
+    server = await serving(http1, ssl=tls_cert)
     deployment = _tls_deployment(server)
     for _ in range(2):
         response = await open_response(deployment, "chat/completions", b"{}", whole=True)
@@ -432,7 +428,6 @@ async def test_an_upstream_that_chooses_http1_over_tls_is_called_over_http1(tls_
     # The handshake that chose HTTP/1.1, then one kept-alive HTTP/1.1 connection.
     assert connections == 2
     assert upstream_h2._pool().http1 == {("127.0.0.1", server.sockets[0].getsockname()[1], True)}
-    server.close()
 
 
 async def test_a_connections_window_is_handed_back_whatever_its_streams_readers_do(
