@@ -20,6 +20,9 @@ production options of docs/operations.md plus `--backlog 8192`). Per N it prints
   - the gateway's resident memory before and at the peak (and per 1,000 streams), its peak
     of open file descriptors, and its CPU: per stream, per chunk relayed (everything
     included), and in cores over the run;
+  - the worker's event-loop lag (p50, p99, wakes later than 50 ms) and, from the audit trail
+    (SQLite), the gateway's own first byte: from reading the request to the upstream's first
+    chunk, and the part of it before the upstream is called;
   - the machine's load average: on a shared machine the figures mean little when it is
     above the cores.
 The client is raw asyncio protocols on uvloop in `--clients` processes; the bench raises its
@@ -40,6 +43,7 @@ import math
 import os
 import resource
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -48,12 +52,14 @@ from array import array
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 from harness import CLOCK_TICKS, ROOT, Stack, cpu_seconds, process_tree, stack
+from worker_probe import lag_quantile, loop_lag_buckets
 
 # The simulator's gap between chunks is drawn within a third either side of --chunk-ms (750:
 # a chunk every 0.5-1 s).
@@ -116,6 +122,8 @@ class Side:
     gaps: array = field(default_factory=lambda: array("d"))  # seconds
     failed: Counter = field(default_factory=Counter)
     done: int = 0
+    audited_ttfb: array = field(default_factory=lambda: array("d"))  # seconds, the gateway's
+    audited_before: array = field(default_factory=lambda: array("d"))  # to the first attempt
 
     def merge(self, other: Side) -> None:
         self.ttfb.extend(other.ttfb)
@@ -422,6 +430,14 @@ def report(n: int, direct: Side, runs: list[tuple[str, Side, dict[str, float]]],
             f"s; {gateway['system'] / max(gateway['cpu'], 1e-9):.0%} of it in the kernel); "
             f"simulator CPU {gateway['sim']:.1f} s, client {gateway['client']:.1f} s"
         )
+        print(
+            f"  {'':{len(name)}}  event-loop lag p50 {gateway['lag_p50']:.2f} ms, p99 "
+            f"{gateway['lag_p99']:.2f} ms, {gateway['lag_over_50ms']:.0f} wakes later than 50 ms;"
+            f" the gateway's own first byte (audit trail: request read to the upstream's first "
+            f"chunk) p50 {pct(via.audited_ttfb, 50):.1f} ms, p99 {pct(via.audited_ttfb, 99):.1f}"
+            f" ms, of which before the upstream is called p50 {pct(via.audited_before, 50):.1f} "
+            f"ms, p99 {pct(via.audited_before, 99):.1f} ms"
+        )
 
 
 def through(
@@ -445,7 +461,9 @@ def through(
     spy = profile(spy_name, n, pids[0]) if spy_name else None
     cpu0, sim0, wall0 = cpu_seconds(pids), cpu_seconds(sim_pids), time.monotonic()
     system0 = user_system_seconds(pids)[1]
+    lag0, since = loop_lag_buckets(url), datetime.now(UTC)
     via, client = run_side(pool, args.clients, port, key, route, n, args, watch)
+    lag1 = loop_lag_buckets(url)
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
         spy.wait(timeout=60)
@@ -458,9 +476,32 @@ def through(
         "wall": time.monotonic() - wall0,
         "sim": cpu_seconds(sim_pids) - sim0,
         "client": client,
+        "lag_p50": lag_quantile(lag0, lag1, 0.5),
+        "lag_p99": lag_quantile(lag0, lag1, 0.99),
+        "lag_over_50ms": (lag1[math.inf] - lag0[math.inf]) - (lag1[0.05] - lag0[0.05]),
     }
-    s.stop_last()
+    s.stop_last()  # the audit trail is written out as the worker drains
+    via.audited_ttfb, via.audited_before = audited_ttfbs(s, since)
     return via, gateway
+
+
+def audited_ttfbs(s: Stack, since: datetime) -> tuple[array, array]:
+    """For each call started since then, as the audit trail has them (seconds): from its
+    start in the gateway (the request read) to the upstream's first chunk, and to its first
+    attempt's start (auth, limits, admission). What the gateway's own path adds before the
+    first byte, without the accept queue and the loop's wait before the request is read (the
+    client's TTFB includes both)."""
+    url = s.env["DATABASE_URL"]
+    if not url.startswith("sqlite:///"):
+        return array("d"), array("d")
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        rows = db.execute(
+            "SELECT c.ttfb_ms, (julianday(a.started_at) - julianday(c.created_at)) * 86400000"
+            " FROM routing_callrecord c JOIN routing_attempt a ON a.call_id = c.request_id"
+            " WHERE c.ttfb_ms IS NOT NULL AND c.created_at >= ? AND a.number = 1",
+            (since.strftime("%Y-%m-%d %H:%M:%S.%f"),),
+        ).fetchall()
+    return array("d", (t / 1000 for t, _ in rows)), array("d", (b / 1000 for _, b in rows))
 
 
 def main() -> None:

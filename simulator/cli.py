@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from simulator import collector
 from simulator.app import Simulator
 from simulator.config import (
     DEFAULT_HOST,
@@ -198,6 +199,7 @@ def serve(
     # Imported here so the module (and its tests' in-process use) doesn't need the server stack.
     import uvicorn
 
+    collector.settle()
     uvicorn.run(
         Simulator(config),
         host=host,
@@ -241,6 +243,7 @@ def serve_http2(args: argparse.Namespace, host: str, port: int, backlog: int) ->
 
 
 def granian_app() -> Simulator:
+    collector.settle()  # in granian's worker process
     return Simulator(config_from_args(argparse.Namespace(**json.loads(os.environ[_FLAGS]))))
 
 
