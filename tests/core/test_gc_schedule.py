@@ -43,6 +43,32 @@ def test_objects_piling_up_cause_no_full_collection(collections_seen: list[int])
     del held
 
 
+def test_long_middle_pauses_make_the_middle_generation_collected_in_smaller_steps(
+    collections_seen: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gc_schedule, "MIDDLE_PAUSE", 0.0)  # every pause is too long
+    gc_schedule.settle_collector(full_every=300)
+    collections_seen.clear()
+    held = _pile_up(600_000)
+    assert gc.get_threshold()[1] == 1
+    # Soon one collection in three is of the middle generation (Python's: one in eleven),
+    # each holding what survived two young collections, not ten.
+    assert collections_seen.count(1) >= len(collections_seen) // 4
+    del held
+
+
+def test_short_middle_pauses_keep_pythons_schedule(
+    collections_seen: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gc_schedule, "MIDDLE_PAUSE", 60.0)  # every pause is short
+    gc_schedule.settle_collector(full_every=300)
+    young, _, old = gc.get_threshold()
+    gc.set_threshold(young, 5, old)  # as lowered by long pauses before
+    held = _pile_up(600_000)
+    assert gc.get_threshold()[1] == gc_schedule._python_thresholds[1]
+    del held
+
+
 def test_objects_made_and_freed_as_calls_end_cause_no_collection(
     collections_seen: list[int],
 ) -> None:
@@ -69,6 +95,7 @@ def test_handing_back_restores_pythons_thresholds(collections_seen: list[int]) -
     assert gc.get_threshold()[2] > 10**9
     gc_schedule.hand_back()
     assert gc.get_threshold() == before
+    assert gc_schedule._pacer not in gc.callbacks
 
 
 class _Node:
