@@ -9,7 +9,6 @@ import sys
 _PROBE = """
 import gc, json
 from simulator import collector
-before = gc.get_stats()[2]["collections"]
 collector.settle()
 settled = gc.get_stats()[2]["collections"]
 held = [[n] for n in range(300_000)]  # objects that live on, as open streams' do
