@@ -33,6 +33,7 @@ from dataclasses import dataclass
 # gc.set_threshold takes a C int: the oldest generation's count never reaches it.
 _NEVER = 2**31 - 1
 _YOUNG = 10_000
+_python_thresholds = gc.get_threshold()
 MIDDLE_PAUSE = 0.010  # seconds
 
 
@@ -72,7 +73,6 @@ class FullCollections:
 
 
 full_collections = FullCollections()
-_python_thresholds = gc.get_threshold()
 
 
 def settle_collector(full_every: float) -> None:
