@@ -214,6 +214,7 @@ def measure(args: argparse.Namespace, label: str, source: Path, latency: float) 
         runner = subprocess.Popen(
             [sys.executable, "manage.py", "run_batches", *more],
             cwd=source, env=s.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # as a service manager starts it
         )  # fmt: skip
         api = Api(gateway, nightly)
         try:

@@ -1,6 +1,7 @@
 """The runner gives gateway workers on its host the CPU first: `run_batches` lowers the
 priority of every thread it has (Linux keeps one per thread) before it starts work, and
-the threads it starts later inherit it (batches/management/commands/run_batches.py)."""
+the threads it starts later inherit it; started in a session of its own, it lowers the
+session's share too, never a session it shares (batches/priority.py)."""
 
 import os
 import subprocess
@@ -14,14 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import os, threading, django
 django.setup()
-from batches.management.commands.run_batches import lower_priority
+from batches.priority import lower_threads
 
 started = threading.Event()
 hold = threading.Event()
 before = threading.Thread(target=lambda: (started.set(), hold.wait()))
 before.start()
 started.wait()
-lower_priority({by})
+lower_threads({by})
 after = threading.Thread(target=hold.wait)
 after.start()
 priorities = {{
@@ -55,3 +56,32 @@ def test_every_thread_of_the_runner_runs_at_a_lower_priority() -> None:
 def test_nice_zero_leaves_the_priority_as_it_is() -> None:
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert _priorities(0) == [base] * 3
+
+
+GROUP = """
+import django
+django.setup()
+from batches.priority import lower_threads
+
+lower_threads(5)
+print(open("/proc/self/autogroup").read().split()[-1])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="the kernel's autogroups")
+@pytest.mark.parametrize(("own_session", "expected"), [(True, "5"), (False, "0")])
+def test_the_session_is_lowered_only_when_the_runner_leads_its_own(own_session, expected):
+    env = os.environ | {"DJANGO_SETTINGS_MODULE": "config.settings"}
+    if Path("/proc/self/autogroup").read_text().split()[-1] != "0":
+        pytest.skip("this session's share is not the default")
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        start_new_session=own_session,
+    )
+    assert done.stdout.split() == [expected]
+    assert Path("/proc/self/autogroup").read_text().split()[-1] == "0"

@@ -5,7 +5,8 @@ It lowers its own CPU priority first (`--nice`, 19 by default: the lowest): besi
 workers on the same host, the kernel gives them the CPU before the runner, so the batch
 takes the CPU they leave, as it takes the deployment slots they leave (bench/
 batch_interactive.py: with 10, interactive p99 beside a batch was 1.5x the one without;
-with 19, 1.2x; as is, 7x).
+with 19, 1.2x; as is, 7x). The PostgreSQL backends serving it on the same host are lowered
+as much, where it may (batches/priority.py).
 
 Its event loop is uvloop's where it is installed (uvicorn[standard] brings it), as the
 gateway's is: a line's call is the same live request path, whose timers, tasks and
@@ -15,16 +16,14 @@ a clock.
 """
 
 import asyncio
-import contextlib
-import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from batches.priority import lower_backends, lower_threads
 from batches.runner import run_until
 from core.background import settle_background
 from core.gc_schedule import hand_back, take_over
@@ -32,18 +31,6 @@ from routing.observability.audit import audit_writer
 from routing.request_path.upstream import close_sessions
 
 NICE = 19
-
-
-def lower_priority(by: int) -> None:
-    """Raise the niceness of every thread of this process by `by` (Linux keeps it per
-    thread; threads started later inherit it from the one that starts them)."""
-    if not by:
-        return
-    tasks = Path("/proc/self/task")
-    for tid in [int(t) for t in os.listdir(tasks)] if tasks.is_dir() else [0]:
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            now = os.getpriority(os.PRIO_PROCESS, tid)
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, now + by))
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -72,7 +59,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, max_in_flight: int, nice: int, **options: Any) -> None:
-        lower_priority(nice)
+        lower_threads(nice)
+        lower_backends(nice)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(self._main(max_in_flight))
 

@@ -1,0 +1,92 @@
+"""A runner's database work on its host runs at the runner's priority: the PostgreSQL backend
+serving each of its connections is lowered as the runner is, and never a process that is not
+that backend (batches/priority.py)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+from django.db import connection
+
+from batches.priority import backend_on_this_host
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = """
+import os, django
+django.setup()
+from django.db import connection
+from batches.priority import lower_backends
+
+lower_backends(5)
+connection.ensure_connection()
+pid = connection.connection.info.backend_pid
+grouped = os.path.exists("/proc/self/autogroup")
+group = open(f"/proc/{pid}/autogroup").read().split()[-1] if grouped else "-"
+print(os.getpriority(os.PRIO_PROCESS, pid), group)
+"""
+
+
+def _postgres() -> dict:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's backends")
+    return connection.get_connection_params()
+
+
+def _socket_dir() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW unix_socket_directories")
+        first = cursor.fetchone()[0].split(",")[0].strip()
+    if not first or not Path(first).is_dir():
+        pytest.skip("no Unix socket for PostgreSQL on this host")
+    return first
+
+
+def _hosts() -> list[str]:
+    return ["127.0.0.1", _socket_dir()]
+
+
+def test_the_backend_at_the_other_end_of_the_socket_is_found_over_tcp_and_unix_sockets():
+    params = _postgres()
+    for host in _hosts():
+        with psycopg.connect(**(params | {"host": host})) as raw:
+            assert backend_on_this_host(raw) == raw.info.backend_pid
+
+
+def _posing(raw: psycopg.Connection, pid: int) -> SimpleNamespace:
+    """Connection `raw`, claiming to be served by process `pid`."""
+    return SimpleNamespace(info=SimpleNamespace(backend_pid=pid), pgconn=raw.pgconn)
+
+
+def test_a_process_not_at_the_other_end_of_the_socket_is_never_taken_for_the_backend():
+    params = _postgres()
+    tcp, unix = _hosts()
+    with (
+        psycopg.connect(**(params | {"host": tcp})) as ours,
+        psycopg.connect(**(params | {"host": tcp})) as other,
+    ):
+        # Over TCP the backend's title names our end's port: another backend's does not.
+        for pid in (other.info.backend_pid, os.getpid()):
+            assert backend_on_this_host(_posing(ours, pid)) is None
+    with psycopg.connect(**(params | {"host": unix})) as ours:
+        # Over a Unix socket: a process that is not a child of the server at the other end.
+        assert backend_on_this_host(_posing(ours, os.getpid())) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering another user's process takes root")
+def test_a_runners_backend_runs_at_the_runners_lower_priority():
+    _postgres()
+    env = os.environ | {"DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    priority, group = done.stdout.split()
+    assert int(priority) == 5
+    assert group in ("5", "-")
