@@ -34,17 +34,22 @@ print(priorities["main"], priorities["before"], priorities["after"])
 """
 
 
-def _priorities(by: int) -> list[int]:
-    env = os.environ | {"DJANGO_SETTINGS_MODULE": "config.settings"}
+def _run(script: str, *, own_session: bool = False) -> list[str]:
+    """What `script` prints, run as a Django process of its own (in a session of its own)."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(by=by)],
+        [sys.executable, "-c", script],
         cwd=ROOT,
-        env=env,
+        env=os.environ | {"DJANGO_SETTINGS_MODULE": "config.settings"},
         capture_output=True,
         text=True,
         check=True,
+        start_new_session=own_session,
     )
-    return [int(x) for x in done.stdout.split()]
+    return done.stdout.split()
+
+
+def _priorities(by: int) -> list[int]:
+    return [int(x) for x in _run(SCRIPT.format(by=by))]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads' priorities: Linux")
@@ -71,17 +76,7 @@ print(open("/proc/self/autogroup").read().split()[-1])
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="the kernel's autogroups")
 @pytest.mark.parametrize(("own_session", "expected"), [(True, "5"), (False, "0")])
 def test_the_session_is_lowered_only_when_the_runner_leads_its_own(own_session, expected):
-    env = os.environ | {"DJANGO_SETTINGS_MODULE": "config.settings"}
     if Path("/proc/self/autogroup").read_text().split()[-1] != "0":
         pytest.skip("this session's share is not the default")
-    done = subprocess.run(
-        [sys.executable, "-c", GROUP],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        start_new_session=own_session,
-    )
-    assert done.stdout.split() == [expected]
+    assert _run(GROUP, own_session=own_session) == [expected]
     assert Path("/proc/self/autogroup").read_text().split()[-1] == "0"
