@@ -12,6 +12,7 @@ session's.
 
 import contextlib
 import ipaddress
+import logging
 import os
 import socket
 import struct
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from django.db.backends.signals import connection_created
+
+log = logging.getLogger("sluice.batches")
 
 
 def lower_threads(by: int) -> None:
@@ -50,6 +53,7 @@ def lower_backends(by: int) -> None:
 class _Lower:
     def __init__(self, by: int) -> None:
         self.by = by
+        self.told = False  # that a backend could not be lowered, once
 
     def __call__(self, sender: Any, connection: Any, **kwargs: Any) -> None:
         if connection.vendor != "postgresql":
@@ -57,9 +61,13 @@ class _Lower:
         pid = backend_on_this_host(connection.connection)
         if pid is None:
             return
-        with contextlib.suppress(OSError):  # not ours to change: the backend stays as it is
+        try:
             lower_task(pid, self.by)
             Path(f"/proc/{pid}/autogroup").write_text(f"{self.by}\n")
+        except OSError as error:  # not ours to change: the backend stays as it is
+            if not self.told:
+                self.told = True
+                log.info("the database backends serving this runner keep their priority: %s", error)
 
 
 def backend_on_this_host(raw: Any) -> int | None:

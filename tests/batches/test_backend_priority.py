@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from batches import priority
 from batches.priority import backend_on_this_host
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,3 +91,27 @@ def test_a_runners_backend_runs_at_the_runners_lower_priority():
     priority, group = done.stdout.split()
     assert int(priority) == 5
     assert group in ("5", "-")
+
+
+def test_a_backend_it_may_not_lower_is_left_as_it_is_and_said_once(monkeypatch, caplog):
+    # Lowering another user's process takes root, which this test runs as: the refusal a
+    # runner of its own user meets is the kernel's EPERM, raised here in its place.
+    params = _postgres()
+
+    def refused(tid: int, by: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(priority, "lower_task", refused)
+    lower = priority._Lower(5)
+    with psycopg.connect(**(params | {"host": "127.0.0.1"})) as raw:
+        pid = raw.info.backend_pid
+        before = os.getpriority(os.PRIO_PROCESS, pid)
+        with caplog.at_level("INFO", logger="sluice.batches"):
+            for _ in range(2):
+                lower(None, connection=SimpleNamespace(vendor="postgresql", connection=raw))
+        assert os.getpriority(os.PRIO_PROCESS, pid) == before
+    said = [r.getMessage() for r in caplog.records if "keep their priority" in r.getMessage()]
+    assert said == [
+        "the database backends serving this runner keep their priority: "
+        "[Errno 1] Operation not permitted"
+    ]
