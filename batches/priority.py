@@ -58,13 +58,15 @@ class _Lower:
     def __call__(self, sender: Any, connection: Any, **kwargs: Any) -> None:
         if connection.vendor != "postgresql":
             return
-        pid = backend_on_this_host(connection.connection)
-        if pid is None:
-            return
         try:
+            pid = backend_on_this_host(connection.connection)
+            if pid is None:
+                return
             lower_task(pid, self.by)
             Path(f"/proc/{pid}/autogroup").write_text(f"{self.by}\n")
-        except OSError as error:  # not ours to change: the backend stays as it is
+        except Exception as error:
+            # Not ours to change, or no telling whose it is: the backend stays as it is, and a
+            # connection never fails for it.
             if not self.told:
                 self.told = True
                 log.info("the database backends serving this runner keep their priority: %s", error)

@@ -115,3 +115,14 @@ def test_a_backend_it_may_not_lower_is_left_as_it_is_and_said_once(monkeypatch, 
         "the database backends serving this runner keep their priority: "
         "[Errno 1] Operation not permitted"
     ]
+
+
+def test_a_connection_whose_backend_cannot_be_told_still_opens(caplog):
+    # A connection already closed has no socket to look at: the lowering gives up, quietly
+    # but once in the log, and never fails the connection it was called for.
+    params = _postgres()
+    raw = psycopg.connect(**(params | {"host": "127.0.0.1"}))
+    raw.close()
+    with caplog.at_level("INFO", logger="sluice.batches"):
+        priority._Lower(5)(None, connection=SimpleNamespace(vendor="postgresql", connection=raw))
+    assert [r.getMessage() for r in caplog.records if "keep their priority" in r.getMessage()]
