@@ -36,12 +36,17 @@ def lower_threads(by: int) -> None:
             lower_task(tid, by)
     if os.getsid(0) == os.getpid():  # not a shell's session, which the gateway may share
         with contextlib.suppress(OSError):  # no autogroups in this kernel
-            Path("/proc/self/autogroup").write_text(f"{by}\n")
+            lower_session("self", by)
 
 
 def lower_task(tid: int, by: int) -> None:
     """Raise task `tid`'s niceness by `by`, to 19 at most."""
     os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+
+
+def lower_session(pid: int | str, by: int) -> None:
+    """Set the niceness of process `pid`'s session (its autogroup) to `by`."""
+    Path(f"/proc/{pid}/autogroup").write_text(f"{by}\n")
 
 
 def lower_backends(by: int) -> None:
@@ -63,7 +68,7 @@ class _Lower:
             if pid is None:
                 return
             lower_task(pid, self.by)
-            Path(f"/proc/{pid}/autogroup").write_text(f"{self.by}\n")
+            lower_session(pid, self.by)
         except Exception as error:
             # Not ours to change, or no telling whose it is: the backend stays as it is, and a
             # connection never fails for it.
