@@ -49,6 +49,17 @@ def lower_session(pid: int | str, by: int) -> None:
     Path(f"/proc/{pid}/autogroup").write_text(f"{by}\n")
 
 
+def session_share(pid: int | str) -> int | None:
+    """The niceness of process `pid`'s session, or None where it has none to set: a kernel
+    without autogroups, or a process in the first session, which has no group of its own
+    (a container's processes started without a session of their own)."""
+    try:
+        words = Path(f"/proc/{pid}/autogroup").read_text().split()
+    except OSError:
+        return None
+    return int(words[-1]) if words else None
+
+
 def lower_backends(by: int) -> None:
     """From now on, lower the backend of each PostgreSQL connection this process opens."""
     if by:
