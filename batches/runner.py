@@ -62,6 +62,7 @@ from django.utils import timezone
 from accounts.authentication import Principal, principal_for_prefix
 from accounts.windows import parse_windows, window_open
 from batches import selectors, services
+from batches.headroom import Headroom
 from batches.models import Batch
 from batches.pacing import others_hold, route_room
 from batches.runner_db import RunnerDb
@@ -112,6 +113,7 @@ class _Running:
 @dataclass(eq=False)
 class Runner:
     max_in_flight: int = 64
+    headroom: Headroom = field(default_factory=lambda: Headroom(0.0))  # the host's idle CPU kept
     name: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:12]}")
     lines: dict[int, _Running] = field(default_factory=dict)
     preempted: int = 0  # calls that gave their slot to an interactive call (lines run again)
@@ -307,6 +309,9 @@ class Runner:
             queue = self._queued[key]
             if not queue and key in self._drained:
                 continue
+            if not self.headroom.ready():  # the host's CPU is short: lines start a little later
+                self._starved = True
+                break
             route = routes.get(model)
             if route is None:
                 spare, others = min(room, 1), True
@@ -325,7 +330,7 @@ class Runner:
                     queue.extend(claimed)
                     if len(claimed) < want:  # none left to claim: not asked until the tick
                         self._drained.add(key)
-            starting = min(spare, len(queue))
+            starting = self.headroom.take(min(spare, len(queue)))
             for _ in range(starting):
                 line, raw = queue.popleft()
                 task = asyncio.create_task(self._run_line(batch, line, raw))
@@ -612,8 +617,10 @@ def _key_gone(prefix: str) -> bytes:
     )
 
 
-async def run_until(stop: asyncio.Event, *, max_in_flight: int) -> Runner:
-    runner = Runner(max_in_flight=max_in_flight)
+async def run_until(
+    stop: asyncio.Event, *, max_in_flight: int, cpu_headroom: float = 0.0
+) -> Runner:
+    runner = Runner(max_in_flight=max_in_flight, headroom=Headroom(cpu_headroom))
     log.info("batch runner %s started", runner.name)
     started = time.monotonic()
     await runner.run(stop)

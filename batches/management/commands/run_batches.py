@@ -15,6 +15,7 @@ garbage as a worker does (core/gc_schedule.py): young objects less often, the wh
 a clock.
 """
 
+import argparse
 import asyncio
 import signal
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from routing.observability.audit import audit_writer
 from routing.request_path.upstream import close_sessions
 
 NICE = 19
+HEADROOM = 0.65
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -40,6 +42,16 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 <= share <= 0.9:
+        raise argparse.ArgumentTypeError(f"a share of the CPU from 0 to 0.9, not {text!r}")
+    return share
 
 
 class Command(BaseCommand):
@@ -58,20 +70,33 @@ class Command(BaseCommand):
             help=f"Lower the runner's CPU priority by this much (default {NICE}; 0: as is).",
         )
 
-    def handle(self, *args: Any, max_in_flight: int, nice: int, **options: Any) -> None:
+        parser.add_argument(
+            "--cpu-headroom",
+            type=_share,
+            default=HEADROOM,
+            metavar="0-0.9",
+            help=(
+                "Share of the host's CPU the runner leaves idle, pacing its lines when the host "
+                f"is busier (default {HEADROOM}; 0: lines start as the slots allow)."
+            ),
+        )
+
+    def handle(
+        self, *args: Any, max_in_flight: int, nice: int, cpu_headroom: float, **options: Any
+    ) -> None:
         lower_threads(nice)
         lower_backends(nice)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(self._main(max_in_flight))
+            runner.run(self._main(max_in_flight, cpu_headroom))
 
-    async def _main(self, max_in_flight: int) -> None:
+    async def _main(self, max_in_flight: int, cpu_headroom: float = 0.0) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
         try:
-            await run_until(stop, max_in_flight=max_in_flight)
+            await run_until(stop, max_in_flight=max_in_flight, cpu_headroom=cpu_headroom)
         finally:
             if clock is not None:
                 clock.cancel()
