@@ -223,6 +223,7 @@ def _measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Si
     env = {
         "SLUICE_BATCH_FILES_DIR": str(s.tmp / "files"),
         "SLUICE_REDIS_PREFIX": f"bench-{uuid.uuid4().hex[:8]}",
+        "SLUICE_BATCH_CPU_HEADROOM": "0",  # the runner's cost, unpaced (the bench is the host)
     }
     s.env |= env
     gateway, _ = s.gateway(env=env, source=source)

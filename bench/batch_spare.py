@@ -258,7 +258,11 @@ def measure(args: argparse.Namespace, s: Stack, label: str, source: Path) -> Run
             cwd=source, env=s.env, check=True, capture_output=True,
         )  # fmt: skip
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    env = {"SLUICE_REDIS_PREFIX": prefix, "SLUICE_BATCH_FILES_DIR": str(s.tmp / "files")}
+    env = {
+        "SLUICE_REDIS_PREFIX": prefix,
+        "SLUICE_BATCH_FILES_DIR": str(s.tmp / "files"),
+        "SLUICE_BATCH_CPU_HEADROOM": "0",  # the slots, not the host's CPU, are measured here
+    }
     s.env |= env
     gateway, _ = s.gateway(env=env, source=source)
     url = f"{gateway}/v1/chat/completions"

@@ -328,6 +328,9 @@ SLUICE_BATCH_FILES_DIR = os.environ.get("SLUICE_BATCH_FILES_DIR", str(STATE_DIR 
 # A runner holds a claimed line this long, renewing it while the call runs; a runner that
 # died (kill -9) lets its lines go when this runs out.
 SLUICE_BATCH_LEASE_SECONDS = float(os.environ.get("SLUICE_BATCH_LEASE_SECONDS", 30))
+# The share of its host's CPU a batch runner leaves idle, pacing its lines when the host is
+# busier (batches/headroom.py); 0: lines start as the slots allow.
+SLUICE_BATCH_CPU_HEADROOM = float(os.environ.get("SLUICE_BATCH_CPU_HEADROOM", 0.65))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from batches.priority import lower_backends, lower_threads
 from batches.runner import run_until
@@ -32,7 +32,6 @@ from routing.observability.audit import audit_writer
 from routing.request_path.upstream import close_sessions
 
 NICE = 19
-HEADROOM = 0.65
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -73,17 +72,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--cpu-headroom",
             type=_share,
-            default=HEADROOM,
             metavar="0-0.9",
             help=(
                 "Share of the host's CPU the runner leaves idle, pacing its lines when the host "
-                f"is busier (default {HEADROOM}; 0: lines start as the slots allow)."
+                "is busier (default: SLUICE_BATCH_CPU_HEADROOM, 0.65; 0: as the slots allow)."
             ),
         )
 
     def handle(
-        self, *args: Any, max_in_flight: int, nice: int, cpu_headroom: float, **options: Any
+        self, *args: Any, max_in_flight: int, nice: int, cpu_headroom: float | None, **options: Any
     ) -> None:
+        if cpu_headroom is None:
+            try:
+                cpu_headroom = _share(str(settings.SLUICE_BATCH_CPU_HEADROOM))
+            except argparse.ArgumentTypeError as error:
+                raise CommandError(f"SLUICE_BATCH_CPU_HEADROOM: {error}") from None
         lower_threads(nice)
         lower_backends(nice)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
