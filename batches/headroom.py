@@ -78,8 +78,11 @@ class Headroom:
         sample = self.read()
         elapsed = now - self._window
         started = self._started / elapsed if elapsed > 0 else 0.0
-        if sample is not None and self._sample is not None and sample[1] > self._sample[1]:
-            self.idle = (sample[0] - self._sample[0]) / (sample[1] - self._sample[1])
+        # A longer gap between looks (the runner stopped, or had no line to start) tells
+        # nothing of what its pace costs the host: the pace stays as it was.
+        last = self._sample
+        if elapsed <= 3 * WINDOW and sample and last and sample[1] > last[1]:
+            self.idle = (sample[0] - last[0]) / (sample[1] - last[1])
             if self.idle < self.keep:
                 self.pace = max(FLOOR, CUT * (started if self.pace is None else self.pace))
             elif self.pace is not None:

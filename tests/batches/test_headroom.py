@@ -91,6 +91,19 @@ def test_a_host_that_stays_busy_still_runs_lines_at_the_floor():
     assert FLOOR * 5 * 0.9 <= started <= FLOOR * 5 * 1.1
 
 
+def test_a_gap_between_looks_leaves_the_pace_as_it_was():
+    headroom, host = _headroom(0.5)
+    host.idle = 0.2
+    for _ in range(3):
+        _window(headroom, host, 10)
+    paced = headroom.pace
+    assert paced is not None
+    host.idle = 1.0
+    host.advance(4.0)  # stopped: a host all idle meanwhile, and no look
+    headroom.take(0)
+    assert headroom.pace == paced
+
+
 def test_an_unreadable_host_leaves_the_lines_unpaced():
     clock = SimpleNamespace(now=0.0)
     headroom = Headroom(0.5, read=lambda: None, clock=lambda: clock.now)
