@@ -8,6 +8,10 @@ batch_interactive.py: with 10, interactive p99 beside a batch was 1.5x the one w
 with 19, 1.2x; as is, 7x). The PostgreSQL backends serving it on the same host are lowered
 as much, where it may (batches/priority.py).
 
+It also leaves a share of the host's CPU idle (`--cpu-headroom`, SLUICE_BATCH_CPU_HEADROOM):
+priority does not reach the servers both share, and a batch running flat out kept
+interactive calls waiting for them (batches/headroom.py).
+
 Its event loop is uvloop's where it is installed (uvicorn[standard] brings it), as the
 gateway's is: a line's call is the same live request path, whose timers, tasks and
 sockets cost less CPU there than on asyncio's own loop. For the same reason it collects
