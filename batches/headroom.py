@@ -3,19 +3,20 @@
 A runner's niceness gives the gateway's threads the CPU first, but not the servers both
 share (Redis, PostgreSQL, a local upstream): with a batch running flat out they are busy
 with its lines when an interactive call needs them, and a host near full CPU makes every
-wait longer (bench/batch_interactive.py at zero upstream latency: interactive p99 0.94x of
-none beside 200 lines a second, 2.07x beside 1,500). So a runner with a headroom to keep
-looks at the host's CPU every `WINDOW` seconds (/proc/stat) and paces the lines it starts:
-below the headroom it cuts its pace to `CUT` of what it was, above it raises it by `GROWTH`,
-and once the pace is well above what its slots let it start, it drops the pace altogether.
-It never goes below `FLOOR` lines a second: a batch on a busy host is slow, never stuck.
+wait longer (bench/batch_interactive.py at zero upstream latency: interactive p99 0.94x the
+one without the batch beside 200 lines a second, 2.07x beside 1,500). So a runner with a
+headroom to keep looks at the host's CPU every `WINDOW` seconds (/proc/stat) and paces the
+lines it starts: below the headroom it cuts its pace to `CUT` of what it was, above it
+raises it by `GROWTH`, and once the pace is well above what its slots let it start, it drops
+the pace altogether. It never goes below `FLOOR` lines a second: a batch on a busy host is
+slow, never stuck.
 Where /proc/stat cannot be read it starts lines as the slots allow.
 """
 
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 WINDOW = 0.2  # seconds between looks at the host's CPU
 CUT = 0.7
@@ -45,7 +46,7 @@ class Headroom:
     idle: float | None = None  # the host's idle share in the last window
     _tokens: float = 0.0
     _filled: float = 0.0
-    _window: float = field(default=-WINDOW)  # when the window began
+    _window: float = -WINDOW  # when the window began
     _sample: tuple[int, int] | None = None
     _started: int = 0  # lines started in the window
 
