@@ -9,8 +9,7 @@ headroom to keep looks at the host's CPU every `WINDOW` seconds (/proc/stat) and
 lines it starts: below the headroom it cuts its pace to `CUT` of what it was, above it
 raises it by `GROWTH`, and once the pace is well above what its slots let it start, it drops
 the pace altogether. It never goes below `FLOOR` lines a second: a batch on a busy host is
-slow, never stuck.
-Where /proc/stat cannot be read it starts lines as the slots allow.
+slow, never stuck. Where /proc/stat cannot be read it starts lines as the slots allow.
 """
 
 import math

@@ -621,7 +621,11 @@ async def run_until(
     stop: asyncio.Event, *, max_in_flight: int, cpu_headroom: float = 0.0
 ) -> Runner:
     runner = Runner(max_in_flight=max_in_flight, headroom=Headroom(cpu_headroom))
-    log.info("batch runner %s started", runner.name)
+    log.info(
+        "batch runner %s started, leaving %.0f %% of the host's CPU idle",
+        runner.name,
+        cpu_headroom * 100,
+    )
     started = time.monotonic()
     await runner.run(stop)
     took = time.monotonic() - started

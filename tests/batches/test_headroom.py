@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from batches.headroom import CUT, FLOOR, GROWTH, WINDOW, Headroom, host_cpu
 from batches.management.commands.run_batches import _share
@@ -142,3 +144,9 @@ async def test_a_runner_with_no_pace_left_starts_nothing_and_looks_again_soon(mo
 def test_a_headroom_out_of_range_is_a_clear_error(text):
     with pytest.raises(argparse.ArgumentTypeError, match=r"a share of the CPU from 0 to 0\.9"):
         _share(text)
+
+
+def test_a_setting_out_of_range_stops_the_runner_before_it_starts(settings):
+    settings.SLUICE_BATCH_CPU_HEADROOM = 3
+    with pytest.raises(CommandError, match=r"SLUICE_BATCH_CPU_HEADROOM: a share of the CPU"):
+        call_command("run_batches")

@@ -72,7 +72,6 @@ class Command(BaseCommand):
             metavar="0-19",
             help=f"Lower the runner's CPU priority by this much (default {NICE}; 0: as is).",
         )
-
         parser.add_argument(
             "--cpu-headroom",
             type=_share,
