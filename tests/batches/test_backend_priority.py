@@ -88,7 +88,7 @@ def test_a_runners_backend_runs_at_the_runners_lower_priority():
     assert done.returncode == 0, done.stderr
     priority, group = done.stdout.split()
     assert int(priority) == 5
-    # Where the kernel shares the CPU by session for backends (not in a cgroup), theirs too.
+    # Where the kernel keeps a session share for backends (each leads a session), theirs too.
     connection.ensure_connection()
     shared = session_share(connection.connection.info.backend_pid) is not None
     assert group == ("5" if shared else "None")

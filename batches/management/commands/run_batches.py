@@ -47,7 +47,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _share(text: str) -> float:
+def _share(text: str | float) -> float:
     try:
         share = float(text)
     except ValueError:
@@ -87,7 +87,7 @@ class Command(BaseCommand):
     ) -> None:
         if cpu_headroom is None:
             try:
-                cpu_headroom = _share(str(settings.SLUICE_BATCH_CPU_HEADROOM))
+                cpu_headroom = _share(settings.SLUICE_BATCH_CPU_HEADROOM)
             except argparse.ArgumentTypeError as error:
                 raise CommandError(f"SLUICE_BATCH_CPU_HEADROOM: {error}") from None
         lower_threads(nice)
