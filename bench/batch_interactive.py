@@ -3,21 +3,22 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python bench/batch_interactive.py [--rate 100] [--seconds 40] [--slice 4] \\
         [--latencies 0,100] [--lines 30000] [--baseline main] [--runner-args ARGS] \\
-        [--gateway-nice N] [--own-upstream]
+        [--gateway-nice N] [--own-upstream] [--runners 1]
 
 For each upstream latency (ms): a simulator of that latency with room for all, one
 deployment in front of it (room for all too: slots are not what is measured), a gateway
-(one uvicorn worker) and one runner (`manage.py run_batches`), on a throw-away database (a
-PostgreSQL database of its own, as bench/batch_cost.py makes) and Redis prefix. A batch of
+(one uvicorn worker) and `runners` runners (`manage.py run_batches`; one by default, each
+pacing itself by the host's CPU on its own), on a throw-away database (a PostgreSQL
+database of its own, as bench/batch_cost.py makes) and Redis prefix. A batch of
 `lines` lines toward that deployment is started and its first lines answered; then
 interactive calls arrive open-loop (Poisson, `rate` a second, bench/openloop.py; latency
-counted from each call's scheduled time) for `seconds`, while the runner is stopped
-(SIGSTOP) and let go on (SIGCONT) in turns every `slice` seconds. Each call counts for the
-phase it was due in: without the batch (runner stopped) or with it. Slices in turns, not
-one phase after the other, so both phases meet the same noise of a shared machine. A runner
-let go on first finishes the calls it held while stopped and starts as many at once (not
-seen in a runner never stopped): the p99 of the calls due after each slice's first second
-is printed too.
+counted from each call's scheduled time) for `seconds`, while the runners are stopped
+(SIGSTOP) and let go on (SIGCONT) in turns every `slice` seconds, all at once. Each call
+counts for the phase it was due in: without the batch (runners stopped) or with it.
+Slices in turns, not one phase after the other, so both phases meet the same noise of a
+shared machine. A runner let go on first finishes the calls it held while stopped and
+starts as many at once (not seen in a runner never stopped): the p99 of the calls due
+after each slice's first second is printed too.
 
 Printed per latency: interactive p50 / p99 / max latency and calls not served in each
 phase, the gateway worker's CPU per call, the batch's lines per second and the runner's
@@ -28,7 +29,8 @@ the same code, its gateway at a higher CPU priority than the servers on the "aft
 `--own-upstream`: the batch's lines go to a deployment on a simulator of their own, so that
 the interactive calls do not queue behind them in the one process standing in for the
 provider (a real provider's capacity is not one event loop): what is left is what the batch
-costs the gateway's host.
+costs the gateway's host. `--runners 0`: no batch and no runner, both phases alike, so the
+ratios printed are what this machine's noise alone reads as a batch's cost.
 """
 
 import argparse
@@ -123,23 +125,23 @@ def completed(api: Api, batch_id: str) -> int:
 
 
 def interactive(
-    gateway: str, key: str, load: Load, gateway_pids: list[int], runner: int | None, slice_s: float
+    gateway: str, key: str, load: Load, gateway_pids: list[int], runners: list[int], slice_s: float
 ) -> Point:
-    """The calls of `load`; with a `runner`, it is stopped (SIGSTOP) and let go on (SIGCONT)
-    in turns every `slice_s` seconds, stopped first: each call counts for the phase it was
-    due in. Returns both phases (`label` and `latency_ms` left for the caller)."""
+    """The calls of `load`; the `runners` are stopped (SIGSTOP) and let go on (SIGCONT) in
+    turns every `slice_s` seconds, stopped first: each call counts for the phase it was due
+    in. Returns both phases (`label` and `latency_ms` left for the caller)."""
     point = Point("", 0.0)
     phases = (point.alone, point.beside)
-    last = [cpu_seconds(gateway_pids), cpu_seconds([runner]) if runner else 0.0, 0]
+    last = [cpu_seconds(gateway_pids), cpu_seconds(runners), 0]
 
     def turn(k: int) -> None:
         gateway_cpu = cpu_seconds(gateway_pids)
-        runner_cpu = cpu_seconds([runner]) if runner else 0.0
+        runner_cpu = cpu_seconds(runners)
         ended = phases[last[2] % 2]
         ended.gateway_cpu_s += gateway_cpu - last[0]
         ended.runner_cpu_s += runner_cpu - last[1]
         last[:] = [gateway_cpu, runner_cpu, k]
-        if runner and k >= 0:
+        for runner in runners if k >= 0 else ():
             os.kill(runner, signal.SIGSTOP if k % 2 == 0 else signal.SIGCONT)
 
     slices = int(load.seconds / slice_s + 0.5)
@@ -148,7 +150,7 @@ def interactive(
         fire(f"{gateway}/v1/chat/completions", {"m": key}, load.arrivals, model="m", events=events)
     )
     turn(-1)
-    if runner:
+    for runner in runners:
         os.kill(runner, signal.SIGCONT)
     for r in results:
         phase = phases[int(r.arrival.at // slice_s) % 2]
@@ -188,6 +190,18 @@ def outcomes(s: Stack) -> str:
     return s.manage("shell", "-c", OUTCOMES).strip().splitlines()[-1]
 
 
+def big_batch(s: Stack, api: Api, args: argparse.Namespace) -> str:
+    """A batch of `args.lines` lines, started and its first lines answered."""
+    big = s.tmp / "big.jsonl"
+    write_lines(big, args.lines, 200, "big", "mb" if args.own_upstream else "m")
+    batch_id = api.create(api.upload(big))
+    api.wait(batch_id, {"in_progress"} | FINAL, 120)
+    deadline = time.monotonic() + 60
+    while completed(api, batch_id) < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return batch_id
+
+
 def measure(args: argparse.Namespace, label: str, source: Path, latency: float) -> Point:
     with stack() as s, own_database(s):
         options = ("--model", "m:100000", "--output-tokens", "16", "--latency-ms", str(latency))
@@ -211,40 +225,44 @@ def measure(args: argparse.Namespace, label: str, source: Path, latency: float) 
         )
         gateway, pids = s.gateway(env=env, source=source, wrapper=nice)
         more = args.runner_args.split() if source == ROOT else []
-        runner = subprocess.Popen(
-            [sys.executable, "manage.py", "run_batches", *more],
-            cwd=source, env=s.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,  # as a service manager starts it
-        )  # fmt: skip
+        runners = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "run_batches", *more],
+                cwd=source, env=s.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,  # as a service manager starts it
+            )
+            for _ in range(args.runners)
+        ]  # fmt: skip
+        runner_pids = [r.pid for r in runners]
         api = Api(gateway, nightly)
         try:
-            warm = s.tmp / "warm.jsonl"
-            write_lines(warm, 20, 200, "warm")
-            api.wait(api.create(api.upload(warm)), FINAL, 60)
-            interactive(gateway, live, Load(args.rate, 2, {"m": 1}, 1.0, seed=7), pids, None, 2)
+            if runners:  # the runner's first lines, as the gateway's first calls below
+                warm = s.tmp / "warm.jsonl"
+                write_lines(warm, 20, 200, "warm")
+                api.wait(api.create(api.upload(warm)), FINAL, 60)
+            interactive(gateway, live, Load(args.rate, 2, {"m": 1}, 1.0, seed=7), pids, [], 2)
 
-            big = s.tmp / "big.jsonl"
-            write_lines(big, args.lines, 200, "big", "mb" if args.own_upstream else "m")
-            batch_id = api.create(api.upload(big))
-            api.wait(batch_id, {"in_progress"} | FINAL, 120)
-            deadline = time.monotonic() + 60
-            while completed(api, batch_id) < 50 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            batch_id = big_batch(s, api, args) if runners else ""
             load = Load(args.rate, args.seconds, {"m": 1}, 1.0, seed=1)
-            done = completed(api, batch_id)
-            point = interactive(gateway, live, load, pids, runner.pid, args.slice)
+            done = completed(api, batch_id) if batch_id else 0
+            point = interactive(gateway, live, load, pids, runner_pids, args.slice)
             point.label, point.latency_ms = label, latency
-            point.lines = completed(api, batch_id) - done
-            if api.status(batch_id)["status"] != "in_progress":
-                print(f"  note: {label}, {latency:.0f} ms: the batch ended before the calls did")
-            api.cancel(batch_id)
-            api.wait(batch_id, FINAL, 300)
+            if batch_id:
+                point.lines = completed(api, batch_id) - done
+                if api.status(batch_id)["status"] != "in_progress":
+                    print(
+                        f"  note: {label}, {latency:.0f} ms: the batch ended before the calls did"
+                    )
+                api.cancel(batch_id)
+                api.wait(batch_id, FINAL, 300)
             point.outcomes = outcomes(s)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.pid, signal.SIGCONT)
-            runner.terminate()
-            runner.wait(timeout=30)
+            for runner in runners:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(runner.pid, signal.SIGCONT)
+                runner.terminate()
+            for runner in runners:
+                runner.wait(timeout=30)
     return point
 
 
@@ -254,7 +272,12 @@ def report(args: argparse.Namespace, points: list[Point]) -> None:
         at = [p for p in points if p.latency_ms == latency]
         print()
         calls = f"interactive {args.rate:.0f}/s for {args.seconds:.0f} s"
-        print(f"  upstream {latency:.0f} ms, {calls}, the runner stopped and going in turns")
+        turns = (
+            f"{args.runners} runner(s) stopped and going in turns"
+            if args.runners
+            else "no batch: both phases alike (noise)"
+        )
+        print(f"  upstream {latency:.0f} ms, {calls}, {turns}")
         print(f"  {'':44}" + "".join(f"{p.label[: width - 1]:>{width}}" for p in at))
 
         def row(title: str, values: list[str]) -> None:
@@ -292,7 +315,10 @@ def report(args: argparse.Namespace, points: list[Point]) -> None:
             [f"{p.beside.pct(50) / max(1e-9, p.alone.pct(50)):.2f}x" for p in at],
         )
         row("batch while running: lines/s", [f"{p.lines / p.beside.seconds:.0f}" for p in at])
-        row("  runner CPU (cores)", [f"{p.beside.runner_cpu_s / p.beside.seconds:.2f}" for p in at])
+        row(
+            "  runners' CPU (cores)",
+            [f"{p.beside.runner_cpu_s / p.beside.seconds:.2f}" for p in at],
+        )
         for p in at:
             print(f"  {p.label}: calls not served (audit; b batch, i interactive): {p.outcomes}")
 
@@ -320,6 +346,13 @@ def main() -> None:
         action="store_true",
         help="the batch's lines to a simulator of their own (route mb), not the one the "
         "interactive calls use",
+    )
+    parser.add_argument(
+        "--runners",
+        type=int,
+        default=1,
+        help="runners on this host, sharing the batch (0: no batch, both phases alike: "
+        "what the ratios read from noise alone)",
     )
     parser.add_argument("--baseline", help="git ref of a 'before' run (say main)")
     args = parser.parse_args()
