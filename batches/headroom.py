@@ -53,9 +53,13 @@ class Headroom:
         """Whether a line may start now."""
         return self._allowed() >= 1
 
+    def allows(self, lines: int) -> int:
+        """How many of `lines` the pace lets start now (none taken yet)."""
+        return int(min(self._allowed(), lines))
+
     def take(self, lines: int) -> int:
         """How many of `lines` start now: those the pace allows."""
-        lines = int(min(self._allowed(), lines))
+        lines = self.allows(lines)
         self._started += lines
         if self.pace is not None:
             self._tokens -= lines

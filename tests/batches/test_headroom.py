@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 
 from batches.headroom import CUT, FLOOR, GROWTH, WINDOW, Headroom, host_cpu
 from batches.management.commands.run_batches import _share
+from batches.runner import PREFETCH, Runner
 
 from .test_runner_wakes import _looking_runner
 
@@ -135,6 +136,43 @@ async def test_a_runner_with_no_pace_left_starts_nothing_and_looks_again_soon(mo
     assert started == 2  # the burst the floor allows at once
     assert runner._starved  # the rest: looked at again soon, as the pace refills
     assert await runner._start_lines(batch, lapsed=False) == 0  # type: ignore[arg-type]
+    for running in runner.lines.values():
+        running.task.cancel()
+    await asyncio.sleep(0)
+
+
+async def test_a_paced_runner_claims_lines_for_its_pace_in_chunks_not_for_every_slot(
+    monkeypatch,
+):
+    """Slots for 60 more, a pace of 20 lines a second: claims of PREFETCH lines, as the
+    queue runs out, not a claim topping the queue up to the slots at every start (one per
+    line or two), and no more lines held than it starts soon (other runners may run them)."""
+    runner = _looking_runner(monkeypatch, spare=60, taken=0)
+    asked: list[int] = []
+    claim = Runner._claim
+
+    async def counted(self, batch, model, limit, *, lapsed):
+        asked.append(limit)
+        return await claim(self, batch, model, limit, lapsed=lapsed)
+
+    monkeypatch.setattr(Runner, "_claim", counted)
+    headroom, host = _headroom(0.5)
+    runner.headroom = headroom
+    host.idle = 0.0
+    headroom.take(0)
+    host.advance(WINDOW)
+    headroom.take(0)
+    assert headroom.pace == FLOOR
+    batch = SimpleNamespace(id="batch_a")
+    queued, started = [], 0
+    for _ in range(50):  # a second of looks, 20 ms apart
+        host.advance(0.02)
+        started += await runner._start_lines(batch, lapsed=False)  # type: ignore[arg-type]
+        queued.append(len(runner._queued[("batch_a", "m")]))
+    assert FLOOR * 0.9 <= started <= FLOOR * 1.2
+    assert asked and all(limit == PREFETCH for limit in asked), asked
+    assert len(asked) <= started / PREFETCH + 1
+    assert max(queued) < PREFETCH
     for running in runner.lines.values():
         running.task.cancel()
     await asyncio.sleep(0)
