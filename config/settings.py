@@ -330,7 +330,7 @@ SLUICE_BATCH_FILES_DIR = os.environ.get("SLUICE_BATCH_FILES_DIR", str(STATE_DIR 
 SLUICE_BATCH_LEASE_SECONDS = float(os.environ.get("SLUICE_BATCH_LEASE_SECONDS", 30))
 # The share of its host's CPU a batch runner leaves idle, pacing its lines when the host is
 # busier (batches/headroom.py); 0: lines start as the slots allow.
-SLUICE_BATCH_CPU_HEADROOM = float(os.environ.get("SLUICE_BATCH_CPU_HEADROOM", 0.65))
+SLUICE_BATCH_CPU_HEADROOM = float(os.environ.get("SLUICE_BATCH_CPU_HEADROOM", 0.7))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

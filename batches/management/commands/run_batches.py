@@ -78,7 +78,7 @@ class Command(BaseCommand):
             metavar="0-0.9",
             help=(
                 "Share of the host's CPU the runner leaves idle, pacing its lines when the host "
-                "is busier (default: SLUICE_BATCH_CPU_HEADROOM, 0.65; 0: as the slots allow)."
+                "is busier (default: SLUICE_BATCH_CPU_HEADROOM, 0.7; 0: as the slots allow)."
             ),
         )
 
