@@ -122,23 +122,33 @@ def test_the_hosts_cpu_is_read_from_proc_stat():
     assert 0 < idle <= total
 
 
-async def test_a_runner_with_no_pace_left_starts_nothing_and_looks_again_soon(monkeypatch):
-    runner = _looking_runner(monkeypatch, spare=8, taken=0)
-    headroom, host = _headroom(0.5)
-    runner.headroom = headroom
+def _runner_at_the_floor(monkeypatch, *, spare: int) -> tuple[Runner, Host]:
+    """A runner with `spare` slots on route `m` whose host has been full for a window with
+    no line started: paced at the floor."""
+    runner = _looking_runner(monkeypatch, spare=spare, taken=0)
+    runner.headroom, host = _headroom(0.5)
     host.idle = 0.0
-    headroom.take(0)
+    runner.headroom.take(0)
     host.advance(WINDOW)
-    headroom.take(0)  # a window of a full host with no line started: the floor
-    assert headroom.pace == FLOOR
+    runner.headroom.take(0)
+    assert runner.headroom.pace == FLOOR
+    return runner, host
+
+
+async def _cancel_lines(runner: Runner) -> None:
+    for running in runner.lines.values():
+        running.task.cancel()
+    await asyncio.sleep(0)
+
+
+async def test_a_runner_with_no_pace_left_starts_nothing_and_looks_again_soon(monkeypatch):
+    runner, _ = _runner_at_the_floor(monkeypatch, spare=8)
     batch = SimpleNamespace(id="batch_a")
     started = await runner._start_lines(batch, lapsed=False)  # type: ignore[arg-type]
     assert started == 2  # the burst the floor allows at once
     assert runner._starved  # the rest: looked at again soon, as the pace refills
     assert await runner._start_lines(batch, lapsed=False) == 0  # type: ignore[arg-type]
-    for running in runner.lines.values():
-        running.task.cancel()
-    await asyncio.sleep(0)
+    await _cancel_lines(runner)
 
 
 async def test_a_paced_runner_claims_lines_for_its_pace_in_chunks_not_for_every_slot(
@@ -147,7 +157,7 @@ async def test_a_paced_runner_claims_lines_for_its_pace_in_chunks_not_for_every_
     """Slots for 60 more, a pace of 20 lines a second: claims of PREFETCH lines, as the
     queue runs out, not a claim topping the queue up to the slots at every start (one per
     line or two), and no more lines held than it starts soon (other runners may run them)."""
-    runner = _looking_runner(monkeypatch, spare=60, taken=0)
+    runner, host = _runner_at_the_floor(monkeypatch, spare=60)
     asked: list[int] = []
     claim = Runner._claim
 
@@ -156,13 +166,6 @@ async def test_a_paced_runner_claims_lines_for_its_pace_in_chunks_not_for_every_
         return await claim(self, batch, model, limit, lapsed=lapsed)
 
     monkeypatch.setattr(Runner, "_claim", counted)
-    headroom, host = _headroom(0.5)
-    runner.headroom = headroom
-    host.idle = 0.0
-    headroom.take(0)
-    host.advance(WINDOW)
-    headroom.take(0)
-    assert headroom.pace == FLOOR
     batch = SimpleNamespace(id="batch_a")
     queued, started = [], 0
     for _ in range(50):  # a second of looks, 20 ms apart
@@ -173,9 +176,7 @@ async def test_a_paced_runner_claims_lines_for_its_pace_in_chunks_not_for_every_
     assert asked and all(limit == PREFETCH for limit in asked), asked
     assert len(asked) <= started / PREFETCH + 1
     assert max(queued) < PREFETCH
-    for running in runner.lines.values():
-        running.task.cancel()
-    await asyncio.sleep(0)
+    await _cancel_lines(runner)
 
 
 @pytest.mark.parametrize("text", ["-0.1", "0.95", "x", "nan"])
