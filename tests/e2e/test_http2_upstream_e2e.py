@@ -19,6 +19,8 @@ from tests.support import GatewayHandle, SimulatorHandle, start_simulator, wait_
 
 ROUTES = {"h2-chat": "h2c-chat", "h2-claude": "h2c-claude", "h2-resp": "h2c-resp"}
 ROUTES_H1 = {"h1-chat": "h1c-chat"}  # the same simulator, over HTTP/1.1: the comparison
+# Streams long enough to be held open together: on a simulator of their own, both ways.
+ROUTES_LONG = {"h2-long": "h2c-long", "h1-long": "h1c-long"}
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +32,21 @@ def h2_sim() -> Iterator[SimulatorHandle]:
 
 
 @pytest.fixture(scope="module")
-def h2_catalog(e2e_database: str, h2_sim: SimulatorHandle, django_db_blocker: Any) -> None:
+def long_sim() -> Iterator[SimulatorHandle]:
+    """Streams of six seconds (600 tokens, 10 ms apart): longer than opening 150 of them
+    takes on a busy machine."""
+    yield from start_simulator(
+        "--http2", "--model", "chat:1000", "--token-latency-ms", "10", "--output-tokens", "600"
+    )
+
+
+@pytest.fixture(scope="module")
+def h2_catalog(
+    e2e_database: str, h2_sim: SimulatorHandle, long_sim: SimulatorHandle, django_db_blocker: Any
+) -> None:
     from routing.catalog.config_file import apply_config, validate_config
 
-    sim = f"{h2_sim.url}/v1"
+    sim, long = f"{h2_sim.url}/v1", f"{long_sim.url}/v1"
     wide = {"max_concurrency": 1000, "breaker_threshold": 0}
     config = {
         "upstreams": [
@@ -41,18 +54,24 @@ def h2_catalog(e2e_database: str, h2_sim: SimulatorHandle, django_db_blocker: An
             {"name": "h2-anthropic", "kind": "anthropic", "base_url": sim, "http2": True},
             {"name": "h2-responses", "kind": "openai-responses", "base_url": sim, "http2": True},
             {"name": "h1-openai", "base_url": sim},
+            {"name": "h2-long", "base_url": long, "http2": True},
+            {"name": "h1-long", "base_url": long},
         ],
         "deployments": [
             {"name": "h2c-chat", "upstream": "h2-openai", "model": "chat", **wide},
             {"name": "h2c-claude", "upstream": "h2-anthropic", "model": "claude"},
             {"name": "h2c-resp", "upstream": "h2-responses", "model": "resp"},
             {"name": "h1c-chat", "upstream": "h1-openai", "model": "chat", **wide},
+            {"name": "h2c-long", "upstream": "h2-long", "model": "chat", **wide},
+            {"name": "h1c-long", "upstream": "h1-long", "model": "chat", **wide},
         ],
         "routes": [
             {"name": name, "chain": [deployment], "timeout_seconds": 20}
-            for name, deployment in (ROUTES | ROUTES_H1).items()
+            for name, deployment in (ROUTES | ROUTES_H1 | ROUTES_LONG).items()
         ],
-        "applications": [{"slug": "h2", "team": "demo", "routes": [*ROUTES, *ROUTES_H1]}],
+        "applications": [
+            {"slug": "h2", "team": "demo", "routes": [*ROUTES, *ROUTES_H1, *ROUTES_LONG]}
+        ],
     }
     with django_db_blocker.unblock():
         apply_config(validate_config(config))
@@ -114,7 +133,7 @@ def _upstream_connections(port: int) -> int:
 async def _held_open(gateway: GatewayHandle, key: str, route: str, n: int, port: int) -> int:
     """N streams opened together through the gateway; the upstream connections once every
     one has begun, then each read to its end."""
-    body = {"model": route, "stream": True, "max_tokens": 200,
+    body = {"model": route, "stream": True,
             "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
     limits = httpx.Limits(max_connections=n)
     headers = {"authorization": f"Bearer {key}"}
@@ -142,10 +161,12 @@ async def _held_open(gateway: GatewayHandle, key: str, route: str, n: int, port:
     return connections
 
 
-def test_streams_held_together_share_a_few_upstream_connections(gateway, h2_sim, h2_key):
-    """Each stream lasts two seconds (200 tokens, 10 ms apart): all 150 are open at once."""
-    port = int(h2_sim.url.rsplit(":", 1)[1])
-    over_h2 = asyncio.run(_held_open(gateway, h2_key, "h2-chat", 150, port))
-    over_h1 = asyncio.run(_held_open(gateway, h2_key, "h1-chat", 150, port))
+def test_streams_held_together_share_a_few_upstream_connections(gateway, long_sim, h2_key):
+    """Each stream lasts six seconds: all 150 are open at once. A call first, as to the other
+    simulator: 150 at once on no connection yet may open two while the first is set up."""
+    port = int(long_sim.url.rsplit(":", 1)[1])
+    wait_until_served(gateway.url, h2_key, "h2-long", [{"role": "user", "content": "hi"}])
+    over_h2 = asyncio.run(_held_open(gateway, h2_key, "h2-long", 150, port))
+    over_h1 = asyncio.run(_held_open(gateway, h2_key, "h1-long", 150, port))
     assert over_h2 == 1  # granian allows 200 streams a connection
     assert over_h1 >= 150
