@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/overhead.py [--seconds 10] [--concurrency 64] [--workers 1]
                                        [--only SECTION] [--rate 500] [--baseline REF]
+                                       [--client loadgen|wrk]
 
 Starts two simulators (zero latency, and 100 ms latency), a gateway under uvicorn on a
 throw-away SQLite database, then prints:
@@ -28,7 +29,8 @@ throw-away SQLite database, then prints:
   - with `--baseline REF` (say `main`) otherwise, only: a gateway of that git ref and this
     checkout's, on the same simulators and database, in alternating runs, per kind of call:
     req/s, CPU ms per call and the p99 latency of each, and the change.
-The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process).
+The load generator is bench/loadgen.py (raw keep-alive HTTP/1.1, one process), or wrk with
+`--client wrk` for the ceiling and overhead cases (bench/wrk.py).
 """
 
 import argparse
@@ -50,6 +52,7 @@ from loadgen import LoadResult, build_request, run_load
 from openloop import Load, fire, pct
 from parsing import agent_body, chat_body
 from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
+from wrk import WrkResult, available, run_wrk
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "Benchmark me, briefly."}]}
 
@@ -132,11 +135,12 @@ def measure(
     pids: list[int] | None = None,
     path: str = "/v1/chat/completions",
     warmed: Callable[[], None] | None = None,
-) -> tuple[LoadResult, float | None]:
+    client: str = "loadgen",
+) -> tuple[LoadResult | WrkResult, float | None]:
     """A warm-up second, then `seconds` counted on the same connections (the steady state;
     the first calls, sent at once on new connections, are the result's `burst`); `warmed`
-    is called as the counting starts."""
-    request = build_request("127.0.0.1", port, path, body, headers)
+    is called as the counting starts. With wrk as the `client`, the counted run opens its
+    connections anew and counts its first calls too."""
     before = 0.0
 
     def counting() -> None:
@@ -145,22 +149,27 @@ def measure(
         if warmed is not None:
             warmed()
 
-    result = asyncio.run(
-        run_load(
-            "127.0.0.1",
-            port,
-            request,
-            concurrency=concurrency,
-            seconds=seconds,
-            warmup=1.0,
-            warmed=counting,
+    if client == "wrk":
+        url = f"http://127.0.0.1:{port}{path}"
+        found = run_wrk(
+            url, body, headers, connections=concurrency, seconds=seconds, warmed=counting
         )
-    )
-    served = sum(result.statuses.values())
+        served = found.requests
+        if found.errors or found.non2xx:
+            print(f"    note: {found.non2xx} answers not 2xx, connection errors {found.errors}")
+    else:
+        request = build_request("127.0.0.1", port, path, body, headers)
+        load = run_load(
+            "127.0.0.1", port, request,
+            concurrency=concurrency, seconds=seconds, warmup=1.0, warmed=counting,
+        )  # fmt: skip
+        result = asyncio.run(load)
+        served = sum(result.statuses.values())
+        if result.errors or set(result.statuses) - {200}:
+            print(f"    note: statuses {result.statuses}, connection errors {result.errors}")
+        found = result
     cpu_ms = (cpu_seconds(pids) - before) * 1000 / served if pids and served else None
-    if result.errors or set(result.statuses) - {200}:
-        print(f"    note: statuses {result.statuses}, connection errors {result.errors}")
-    return result, cpu_ms
+    return found, cpu_ms
 
 
 @dataclass
@@ -174,6 +183,7 @@ class Run:
     concurrency: int
     seconds: float
     workers: int = 1
+    client: str = "loadgen"  # or "wrk": the closed-loop cases' load generator
 
     @property
     def url(self) -> str:
@@ -204,6 +214,7 @@ class Run:
             pids=self.pids if cpu else None,
             path=path,
             warmed=warmed,
+            client=self.client,
         )
 
     def paced(
@@ -254,7 +265,10 @@ def overhead(run: Run) -> None:
         f"{via.percentile(50) - direct.percentile(50):10.2f}"
         f"{via.percentile(99) - direct.percentile(99):10.2f}"
     )
-    print(f"  (counted after a warm-up second on the same connections; {burst(direct, via)})")
+    if isinstance(via, WrkResult):
+        print("  (wrk: counted after a warm-up second, its first calls on new connections too)")
+    else:
+        print(f"  (counted after a warm-up second on the same connections; {burst(direct, via)})")
     if run.workers == 1:  # a scrape reads the worker that answers it: one worker, its loop
         p50, p99 = (lag_quantile(lag_before, lag_after, q) for q in (0.5, 0.99))
         print(f"  event-loop lag during the Sluice run: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
@@ -522,7 +536,18 @@ def main() -> None:
     parser.add_argument(
         "--baseline", help="git ref (say main) to compare this checkout with, side by side"
     )
+    parser.add_argument(
+        "--client",
+        choices=["loadgen", "wrk"],
+        default="loadgen",
+        help="the closed loop's load generator: bench/loadgen.py, or wrk (Debian's package; "
+        "only with --only ceiling or --only overhead, no --baseline)",
+    )
     args = parser.parse_args()
+    if args.client == "wrk" and (args.only not in ("ceiling", "overhead") or args.baseline):
+        parser.error("--client wrk: only with --only ceiling or --only overhead, no --baseline")
+    if args.client == "wrk" and not available():
+        parser.error("--client wrk: wrk is not installed (apt-get install wrk)")
     wanted = (
         {args.only}
         if args.only
@@ -537,10 +562,10 @@ def main() -> None:
         database = s.env["DATABASE_URL"].split(":")[0]
         print(
             f"Sluice overhead: concurrency {c}, {secs:.0f} s per run, {args.workers} gateway "
-            f"worker(s), {os.cpu_count()} cores, database {database}"
+            f"worker(s), {os.cpu_count()} cores, database {database}, load from {args.client}"
         )
         client_cpu = resource.getrusage(resource.RUSAGE_SELF)
-        run = Run(s, gw_port, zero_port, slow_port, key, pids, c, secs, args.workers)
+        run = Run(s, gw_port, zero_port, slow_port, key, pids, c, secs, args.workers, args.client)
         if args.baseline:
             before, before_pids = s.gateway(workers=args.workers, source=s.checkout(args.baseline))
             before_port = int(before.rsplit(":", 1)[1])
