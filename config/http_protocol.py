@@ -1,5 +1,6 @@
 """uvicorn's httptools protocol with a deadline for request headers, and the writes of one
-event-loop callback sent together (an answer's head and body: one send, not two).
+event-loop callback sent together (an answer's head and body: one send, not two), a whole
+answer as soon as it is complete.
 
 uvicorn closes a connection idle *between* requests (`--timeout-keep-alive`), but not one
 that connects and says nothing, nor one that trickles its headers a byte at a time: each
@@ -51,7 +52,7 @@ class _CorkedTransport:
 
     def write(self, data: Any) -> None:
         if not self._pending:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
         # Held until the callback ends: a copy of anything its writer could still change.
         self._pending.append(data if isinstance(data, bytes) else bytes(data))
 
@@ -59,16 +60,18 @@ class _CorkedTransport:
         for data in lines:
             self.write(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        if not self._pending:
+            return  # sent already, when its answer completed
         pending, self._pending = self._pending, []
-        if pending and not self._transport.is_closing():
+        if not self._transport.is_closing():
             self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
 
     def close(self) -> None:
-        self._flush()  # what was written goes before the close
+        self.flush()  # what was written goes before the close
         self._transport.close()
 
     def abort(self) -> None:
@@ -108,6 +111,14 @@ class SluiceHttpProtocol(HttpToolsProtocol):
         self._headers_due = None  # the timer, if set, finds nothing due and stops
         self._began = False
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        # The answer is whole: sent now. Left to the callback `write` scheduled, it would
+        # wait for every callback queued behind this one (the rest of a burst of answers,
+        # each with its own audit and accounting) and for the loop's next look at its
+        # sockets.
+        cast(_CorkedTransport, self.transport).flush()
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._headers_due = None
