@@ -235,7 +235,7 @@ SLUICE_HEALTH_CACHE_SECONDS = float(os.environ.get("SLUICE_HEALTH_CACHE_SECONDS"
 # shared, and a failover or a PgBouncer restart must not take every worker out at once.
 SLUICE_HEALTH_GRACE_SECONDS = float(os.environ.get("SLUICE_HEALTH_GRACE_SECONDS", 15))
 # Audit rows are written in batches off the request path.
-SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 0.1))
+SLUICE_AUDIT_FLUSH_SECONDS = float(os.environ.get("SLUICE_AUDIT_FLUSH_SECONDS", 1.0))
 # Where each worker spools the calls it has not written yet ("" : nowhere), so a worker
 # killed before its batch is written loses no row; a folder on this host's own disk.
 SLUICE_AUDIT_SPOOL_DIR = os.environ.get("SLUICE_AUDIT_SPOOL_DIR", str(STATE_DIR / "audit-spool"))

@@ -179,13 +179,13 @@ class Spool:
                 return file
         return self._open()
 
-    def _open(self) -> _File:
+    def _open(self, size: int = SEGMENT) -> _File:
         self.folder.mkdir(parents=True, exist_ok=True)
         pid = os.getpid()
         path = self.folder / f"spool-{pid}-{uuid.uuid4().hex[:12]}.jsonl"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         file = _File(path, fd, pid, None)
-        file.map = self._mapped(file, self.SEGMENT)
+        file.map = self._mapped(file, size)
         return file
 
     @staticmethod
@@ -235,8 +235,11 @@ class Spool:
                 log.warning("audit spool not trimmed (%s)", exc)
             os.close(file.fd)
         if not self._ready:
+            # Room for twice what the sealed files held: growing a file is a system call
+            # (and fresh pages) on the loop.
+            segments = max(1, -(-2 * used // self.SEGMENT))
             try:
-                file = self._open()
+                file = self._open(segments * self.SEGMENT)
             except OSError as exc:  # the loop opens one itself at the next call
                 log.warning("audit spool file not opened ahead (%s)", exc)
                 return

@@ -97,3 +97,18 @@ def test_a_line_spooled_by_the_earlier_format_reads_back():
     assert call.created_at == datetime(2026, 12, 1, 10, tzinfo=UTC)
     assert call.cost == Decimal("0.5")
     assert call.attempts[0].started_at == datetime(2026, 12, 1, 10, 0, 1, tzinfo=UTC)
+
+
+def test_the_file_opened_ahead_has_room_for_twice_what_the_last_one_held(tmp_path):
+    """A second of calls at a worker's ceiling fills more than one segment: the loop then
+    copies lines into a file the writer's thread sized, rather than grow it itself."""
+    spool = Spool(tmp_path)
+    line = b'{"pad": "' + b"x" * 1000 + b'"}\n'
+    for _ in range(Spool.SEGMENT * 3 // 2 // len(line)):  # a segment and a half
+        spool.append(line)
+    sealed = spool.seal()
+    spool.tidy()
+    assert sealed is not None
+    Spool.discard([sealed])
+    (ahead,) = tmp_path.glob("*.jsonl")
+    assert ahead.stat().st_size == 3 * Spool.SEGMENT
