@@ -274,6 +274,13 @@ def overhead(run: Run) -> None:
         print(f"  event-loop lag during the Sluice run: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 
+def burst_added(direct: LoadResult | WrkResult, via: LoadResult | WrkResult) -> str:
+    """What the slowest of a run's first calls added (wrk counts them in the run: "-")."""
+    if isinstance(direct, WrkResult) or isinstance(via, WrkResult):
+        return "-"
+    return f"{(max(via.burst) - max(direct.burst)) * 1000:+.1f}"
+
+
 def burst(direct: LoadResult, via: LoadResult) -> str:
     """What the warm-up's first calls took, sent all at once on new connections."""
     return (
@@ -431,8 +438,11 @@ def overhead_versus(run: Run, baseline: Run, ref: str, rounds: int = 3) -> None:
                 f"  {n:<8}{side:8}{via.rps():9.1f}{via.rps() / direct.rps() * 100:9.1f}%"
                 f"{via.percentile(50) - direct.percentile(50):11.2f}"
                 f"{via.percentile(99) - direct.percentile(99):11.2f}"
-                f"{(max(via.burst) - max(direct.burst)) * 1000:+11.1f}"
+                f"{burst_added(direct, via):>11}"
             )
+    if run.client == "wrk":
+        print("  (ms; wrk: counted after a warm-up second, its first calls on new connections too)")
+        return
     print(
         "  (ms; counted after a warm-up second on the same connections; burst max: what the\n"
         "  slowest of the first calls, sent at once on new connections, added)"
@@ -541,11 +551,13 @@ def main() -> None:
         choices=["loadgen", "wrk"],
         default="loadgen",
         help="the closed loop's load generator: bench/loadgen.py, or wrk (Debian's package; "
-        "only with --only ceiling or --only overhead, no --baseline)",
+        "only with --only ceiling or --only overhead; --baseline with --only overhead)",
     )
     args = parser.parse_args()
-    if args.client == "wrk" and (args.only not in ("ceiling", "overhead") or args.baseline):
-        parser.error("--client wrk: only with --only ceiling or --only overhead, no --baseline")
+    if args.client == "wrk" and (
+        args.only not in ("ceiling", "overhead") or (args.baseline and args.only != "overhead")
+    ):
+        parser.error("--client wrk: only with --only ceiling or --only overhead (and --baseline)")
     if args.client == "wrk" and not available():
         parser.error("--client wrk: wrk is not installed (apt-get install wrk)")
     wanted = (
@@ -570,8 +582,9 @@ def main() -> None:
             before, before_pids = s.gateway(workers=args.workers, source=s.checkout(args.baseline))
             before_port = int(before.rsplit(":", 1)[1])
             baseline = Run(
-                s, before_port, zero_port, slow_port, key, before_pids, c, secs, args.workers
-            )
+                s, before_port, zero_port, slow_port, key, before_pids, c, secs, args.workers,
+                args.client,
+            )  # fmt: skip
             if args.only == "overhead":
                 overhead_versus(run, baseline, args.baseline)
             else:
