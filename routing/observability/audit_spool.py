@@ -202,11 +202,13 @@ class Spool:
 
     def _grow(self, file: _File, end: int) -> None:
         assert file.map is not None
-        size = len(file.map)
-        while size < end:
-            size += self.SEGMENT
         file.map.close()
-        file.map = self._mapped(file, size)
+        file.map = self._mapped(file, self._segments(end))
+
+    @classmethod
+    def _segments(cls, size: int) -> int:
+        """`size` bytes rounded up to whole segments, one at least."""
+        return max(1, -(-size // cls.SEGMENT)) * cls.SEGMENT
 
     def seal(self) -> Path | None:
         """End the current file (its calls are about to be written; the next call goes to
@@ -237,9 +239,8 @@ class Spool:
         if not self._ready:
             # Room for twice what the sealed files held: growing a file is a system call
             # (and fresh pages) on the loop.
-            segments = max(1, -(-2 * used // self.SEGMENT))
             try:
-                file = self._open(segments * self.SEGMENT)
+                file = self._open(self._segments(2 * used))
             except OSError as exc:  # the loop opens one itself at the next call
                 log.warning("audit spool file not opened ahead (%s)", exc)
                 return
