@@ -15,6 +15,7 @@ writes the audit rows still in memory.
 
 import asyncio
 import json
+import logging
 import os
 from typing import Any
 
@@ -49,6 +50,8 @@ from routing.observability.metrics import (  # noqa: E402
 )
 from routing.request_path.proxy_handler import ProxyHandler  # noqa: E402
 from routing.request_path.upstream import close_sessions  # noqa: E402
+
+log = logging.getLogger("sluice.worker")
 
 _METRICS_REFUSED = {
     401: b'{"error": "a valid bearer token (SLUICE_METRICS_TOKEN) is required"}',
@@ -130,39 +133,70 @@ class Application:
         await send({"type": "http.response.body", "body": body})
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
+        """Start and stop the worker's own tasks. A failure is logged and told to the server
+        here: raised instead, uvicorn (`--lifespan auto`, its default) would take it for an
+        application without a lifespan and say so at INFO only, then serve a worker that
+        never started its tasks, or stop one without writing its audit rows, silently."""
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                # Every app's URLs and views imported now, before the worker serves: imported
-                # by its first request, they held the loop (0.3-0.4 s) and every call with it.
-                get_resolver().url_patterns  # noqa: B018 - imports on first access
-                loop = asyncio.get_running_loop()
-                clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
-                if clock is not None:
-                    self._background.append(clock)
-                # Every worker runs it; a Redis lock lets one of them evaluate each round.
-                self._background.append(loop.create_task(capacity_alert_loop()))
-                self._background.append(loop.create_task(budget_alert_loop()))
-                self._background.append(loop.create_task(loop_lag_probe()))
-                worker_drain.install(loop)
-                audit_writer.start()
-                if settings.REDIS_URL:
-                    self._background.append(loop.create_task(metrics_push_loop()))
-                    # What workers of this host that ended (killed) left reserved.
-                    counters = quota_counters()
-                    self._background.append(loop.create_task(counters.take_back_ended()))
+                try:
+                    self._start()
+                except Exception as exc:
+                    log.exception("worker start failed")
+                    for task in self._background:
+                        task.cancel()
+                    hand_back()
+                    await send({"type": "lifespan.startup.failed", "message": repr(exc)})
+                    return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                worker_drain.begin()  # also when stopped another way than by a signal
-                for task in self._background:
-                    task.cancel()
-                await audit_writer.flush()
-                if settings.REDIS_URL:
-                    await push_to_redis()
-                await close_sessions()
-                hand_back()
-                await send({"type": "lifespan.shutdown.complete"})
+                failed = await self._stop()
+                if failed:
+                    await send({"type": "lifespan.shutdown.failed", "message": failed})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _start(self) -> None:
+        # Every app's URLs and views imported now, before the worker serves: imported by its
+        # first request, they held the loop (0.3-0.4 s) and every call that came in meanwhile.
+        get_resolver().url_patterns  # noqa: B018 - imports on first access
+        loop = asyncio.get_running_loop()
+        clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
+        if clock is not None:
+            self._background.append(clock)
+        # Every worker runs it; a Redis lock lets one of them evaluate each round.
+        self._background.append(loop.create_task(capacity_alert_loop()))
+        self._background.append(loop.create_task(budget_alert_loop()))
+        self._background.append(loop.create_task(loop_lag_probe()))
+        worker_drain.install(loop)
+        audit_writer.start()
+        if settings.REDIS_URL:
+            self._background.append(loop.create_task(metrics_push_loop()))
+            # What workers of this host that ended (killed) left reserved.
+            counters = quota_counters()
+            self._background.append(loop.create_task(counters.take_back_ended()))
+
+    async def _stop(self) -> str:
+        """Every step, whatever an earlier one did (the audit rows first); what failed, ""
+        when nothing did."""
+        worker_drain.begin()  # also when stopped another way than by a signal
+        for task in self._background:
+            task.cancel()
+        steps = [("audit rows", audit_writer.flush)]
+        if settings.REDIS_URL:
+            steps.append(("metrics push", push_to_redis))
+        steps.append(("upstream connections", close_sessions))
+        failed = []
+        for name, step in steps:
+            try:
+                await step()
+            except Exception:
+                log.exception("worker stop: %s failed", name)
+                failed.append(name)
+        hand_back()
+        return f"worker stop: {', '.join(failed)} failed" if failed else ""
 
 
 async def _answer(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
