@@ -582,9 +582,17 @@ def main() -> None:
             before, before_pids = s.gateway(workers=args.workers, source=s.checkout(args.baseline))
             before_port = int(before.rsplit(":", 1)[1])
             baseline = Run(
-                s, before_port, zero_port, slow_port, key, before_pids, c, secs, args.workers,
+                s,
+                before_port,
+                zero_port,
+                slow_port,
+                key,
+                before_pids,
+                c,
+                secs,
+                args.workers,
                 args.client,
-            )  # fmt: skip
+            )
             if args.only == "overhead":
                 overhead_versus(run, baseline, args.baseline)
             else:
