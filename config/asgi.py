@@ -49,7 +49,7 @@ from routing.observability.metrics import (  # noqa: E402
     push_to_redis,
 )
 from routing.request_path.proxy_handler import ProxyHandler  # noqa: E402
-from routing.request_path.upstream import close_sessions  # noqa: E402
+from routing.request_path.upstream import close_sessions, prepare_clients  # noqa: E402
 
 log = logging.getLogger("sluice.worker")
 
@@ -162,6 +162,7 @@ class Application:
         # Every app's URLs and views imported now, before the worker serves: imported by its
         # first request, they held the loop (0.3-0.4 s) and every call that came in meanwhile.
         get_resolver().url_patterns  # noqa: B018 - imports on first access
+        prepare_clients()
         loop = asyncio.get_running_loop()
         clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
         if clock is not None:

@@ -370,7 +370,7 @@ def _reset_error(stream: _Stream, code: int) -> BaseException:
 
 
 @lru_cache(maxsize=1)
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     context = ssl.create_default_context()
     context.set_alpn_protocols(["h2", "http/1.1"])
     return context
@@ -431,7 +431,7 @@ class _Pool:
 
     async def _connect(self, key: Key, within: float | None) -> _H2Connection:
         transport, conn = await upstream_http.open_connection(
-            self.loop, lambda: _H2Connection(self.loop, key), key, within, _tls_context()
+            self.loop, lambda: _H2Connection(self.loop, key), key, within, tls_context()
         )
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and ssl_object.selected_alpn_protocol() != "h2":

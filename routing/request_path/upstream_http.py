@@ -403,8 +403,8 @@ def _target(url: str) -> tuple[tuple[str, int, bool], bytes]:
 
 
 @lru_cache(maxsize=1)
-def _tls_context() -> ssl.SSLContext:
-    return ssl.create_default_context()
+def tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()  # reads the host's CA certificates: tens of ms
 
 
 class _Pool:
@@ -433,7 +433,7 @@ class _Pool:
 
     async def connect(self, key: tuple[str, int, bool], within: float | None) -> _Connection:
         _, conn = await open_connection(
-            self.loop, lambda: _Connection(self, key), key, within, _tls_context()
+            self.loop, lambda: _Connection(self, key), key, within, tls_context()
         )
         return conn
 

@@ -380,12 +380,12 @@ def tls_cert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ssl.SS
     )
     monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
     for module in (upstream_h2, upstream_http):
-        module._tls_context.cache_clear()
+        module.tls_context.cache_clear()
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(cert_file, key_file)
     yield server
     for module in (upstream_h2, upstream_http):
-        module._tls_context.cache_clear()
+        module.tls_context.cache_clear()
 
 
 def _tls_deployment(server: asyncio.Server) -> DeploymentSpec:
