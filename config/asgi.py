@@ -1,16 +1,16 @@
 """ASGI entry point: `config.asgi:application`.
 
 Cheap paths are answered before Django: `/healthz` (liveness and readiness, config/health.py),
-`/metrics` (Prometheus,
-routing/observability/metrics.py) and the proxy's `/v1/…` through a lean handler without the
-middleware stack (routing/request_path/proxy_handler.py); the Batch API's `/v1/files` and
-`/v1/batches` through the same handler with a larger upload limit. Everything else (admin, console,
-management API) goes through Django's full handler, its body bounded in size and time
-(config/bounded_handler.py). Lifespan startup starts the capacity and budget alert loops (and,
-with Redis, the metrics push, and takes back the quota reservations that ended workers of
-this host left) and chains the drain onto the server's SIGTERM
-(config/draining.py); shutdown, once the calls in flight ended or were cut at the drain's bound,
-writes the audit rows still in memory.
+`/metrics` (Prometheus, routing/observability/metrics.py) and the proxy's `/v1/…` through a
+lean handler without the middleware stack (routing/request_path/proxy_handler.py); the Batch
+API's `/v1/files` and `/v1/batches` through the same handler with a larger upload limit.
+Everything else (admin, console, management API) goes through Django's full handler, its body
+bounded in size and time (config/bounded_handler.py). Lifespan startup imports the URLs and
+builds the upstream clients' TLS contexts (left to the first call, each held the loop),
+starts the capacity and budget alert loops (and, with Redis, the metrics push, and takes back
+the quota reservations that ended workers of this host left) and chains the drain onto the
+server's SIGTERM (config/draining.py); shutdown, once the calls in flight ended or were cut
+at the drain's bound, writes the audit rows still in memory.
 """
 
 import asyncio
