@@ -33,7 +33,7 @@ from batches.runner import run_until
 from core.background import settle_background
 from core.gc_schedule import hand_back, take_over
 from routing.observability.audit import audit_writer
-from routing.request_path.upstream import close_sessions
+from routing.request_path.upstream import close_sessions, prepare_clients
 
 NICE = 19
 
@@ -100,6 +100,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        prepare_clients()  # not at the first line's connection, holding the loop for every line
         clock = take_over(full_every=settings.SLUICE_GC_FULL_SECONDS)
         try:
             await run_until(stop, max_in_flight=max_in_flight, cpu_headroom=cpu_headroom)
