@@ -51,7 +51,7 @@ from harness import Stack, cpu_seconds, stack
 from loadgen import LoadResult, build_request, run_load
 from openloop import Load, fire, pct
 from parsing import agent_body, chat_body
-from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets
+from worker_probe import cpu_breakdown, lag_quantile, loop_lag_buckets, waited_for_cpu
 from wrk import WrkResult, available, run_wrk
 
 CHAT = {"model": "", "messages": [{"role": "user", "content": "Benchmark me, briefly."}]}
@@ -255,7 +255,14 @@ def overhead(run: Run) -> None:
     # The lag from when the counting starts (read on a thread: the load's loop goes on).
     lag_before: dict[float, float] = {}
     scrape = threading.Thread(target=lambda: lag_before.update(loop_lag_buckets(run.url)))
-    via, _ = run.load(run.gateway, "slow", run.auth(), warmed=scrape.start)
+    waits = [waited_for_cpu(run.pids)]
+
+    def warmed() -> None:
+        waits[0] = waited_for_cpu(run.pids)
+        scrape.start()
+
+    via, _ = run.load(run.gateway, "slow", run.auth(), warmed=warmed)
+    (waited_before, turns_before), (waited, turns) = waits[0], waited_for_cpu(run.pids)
     scrape.join()
     lag_after = loop_lag_buckets(run.url)
     for label, r in (("direct", direct), ("Sluice", via)):
@@ -269,6 +276,11 @@ def overhead(run: Run) -> None:
         print("  (wrk: counted after a warm-up second, its first calls on new connections too)")
     else:
         print(f"  (counted after a warm-up second on the same connections; {burst(direct, via)})")
+    waited, turns = waited - waited_before, turns - turns_before
+    print(
+        f"  the workers' loops waited for a CPU {waited * 1000:.0f} ms in all "
+        f"({waited * 1e6 / max(turns, 1):.0f} µs a wake-up on average): the host's turn"
+    )
     if run.workers == 1:  # a scrape reads the worker that answers it: one worker, its loop
         p50, p99 = (lag_quantile(lag_before, lag_after, q) for q in (0.5, 0.99))
         print(f"  event-loop lag during the Sluice run: p50 {p50:.2f} ms, p99 {p99:.2f} ms")

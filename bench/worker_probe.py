@@ -45,6 +45,17 @@ def lag_quantile(before: dict[float, float], after: dict[float, float], q: float
     return low * 1000
 
 
+def waited_for_cpu(pids: list[int]) -> tuple[float, int]:
+    """Seconds the processes' main threads (the workers' event loops) were ready to run but
+    waited for a CPU, and how many times they were given one (/proc/PID/schedstat): a
+    loop's lag that no step of the gateway's caused, the host's other processes running."""
+    waited = turns = 0
+    for pid in pids:
+        _, wait_ns, slices = map(int, Path(f"/proc/{pid}/schedstat").read_text().split())
+        waited, turns = waited + wait_ns, turns + slices
+    return waited / 1e9, turns
+
+
 # A sample is in the audit stage when any frame is the audit writer's (its encoding and
 # database writes included); otherwise in the stage of its innermost frame that names one.
 # Samples in none (the event loop's own turns, thread switches) are "event loop".
