@@ -58,7 +58,7 @@ def build_request(host: str, port: int, path: str, body: dict, headers: dict[str
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
+async def read_response(reader: asyncio.StreamReader) -> int:
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     lowered = head.lower()
@@ -85,7 +85,7 @@ async def _connection(
             started, counted = time.perf_counter(), result.counting
             writer.write(request)
             try:
-                status = await _read_response(reader)
+                status = await read_response(reader)
             except (asyncio.IncompleteReadError, ConnectionError):
                 result.errors += 1
                 writer.close()

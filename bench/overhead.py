@@ -10,7 +10,8 @@ throw-away SQLite database, then prints:
     the gateway's CPU milliseconds per request (its process CPU time / requests), for plain
     and streaming (16 chunks) chat completions;
   - overhead: with 100 ms simulator latency, requests/s and p50/p99 latency direct and
-    through Sluice, the added p50/p99, and (one worker) the worker's event-loop lag then;
+    through Sluice, the added p50/p99, how long the workers' event loops waited for a CPU
+    meanwhile, and (one worker) the worker's event-loop lag then;
     each run counts after a warm-up second on the same connections (the steady state), and
     says what its first calls, all sent at once on new connections, took;
   - open loop: calls arriving on a Poisson schedule (`--rate` a second, bench/openloop.py)
@@ -255,14 +256,15 @@ def overhead(run: Run) -> None:
     # The lag from when the counting starts (read on a thread: the load's loop goes on).
     lag_before: dict[float, float] = {}
     scrape = threading.Thread(target=lambda: lag_before.update(loop_lag_buckets(run.url)))
-    waits = [waited_for_cpu(run.pids)]
+    counted_from: list[tuple[float, int]] = []  # the loops' waits for a CPU until then
 
     def warmed() -> None:
-        waits[0] = waited_for_cpu(run.pids)
+        counted_from.append(waited_for_cpu(run.pids))
         scrape.start()
 
     via, _ = run.load(run.gateway, "slow", run.auth(), warmed=warmed)
-    (waited_before, turns_before), (waited, turns) = waits[0], waited_for_cpu(run.pids)
+    (waited_then, turns_then), (waited, turns) = counted_from[0], waited_for_cpu(run.pids)
+    waited, turns = waited - waited_then, turns - turns_then
     scrape.join()
     lag_after = loop_lag_buckets(run.url)
     for label, r in (("direct", direct), ("Sluice", via)):
@@ -276,10 +278,9 @@ def overhead(run: Run) -> None:
         print("  (wrk: counted after a warm-up second, its first calls on new connections too)")
     else:
         print(f"  (counted after a warm-up second on the same connections; {burst(direct, via)})")
-    waited, turns = waited - waited_before, turns - turns_before
     print(
-        f"  the workers' loops waited for a CPU {waited * 1000:.0f} ms in all "
-        f"({waited * 1e6 / max(turns, 1):.0f} µs a wake-up on average): the host's turn"
+        f"  the workers' loops waited {waited * 1000:.0f} ms for a CPU in all "
+        f"({waited * 1e6 / max(turns, 1):.0f} µs a wake-up on average: other processes ran)"
     )
     if run.workers == 1:  # a scrape reads the worker that answers it: one worker, its loop
         p50, p99 = (lag_quantile(lag_before, lag_after, q) for q in (0.5, 0.99))

@@ -13,7 +13,7 @@ import statistics
 import time
 
 from harness import stack
-from loadgen import _read_response, build_request
+from loadgen import build_request, read_response
 from overhead import call_body, upstreams
 
 
@@ -23,7 +23,7 @@ async def _one_call(port: int, request: bytes) -> float:
     try:
         started = time.perf_counter()
         writer.write(request)
-        await _read_response(reader)
+        await read_response(reader)
         return (time.perf_counter() - started) * 1000
     finally:
         writer.close()
