@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -594,18 +594,7 @@ def main() -> None:
         if args.baseline:
             before, before_pids = s.gateway(workers=args.workers, source=s.checkout(args.baseline))
             before_port = int(before.rsplit(":", 1)[1])
-            baseline = Run(
-                s,
-                before_port,
-                zero_port,
-                slow_port,
-                key,
-                before_pids,
-                c,
-                secs,
-                args.workers,
-                args.client,
-            )
+            baseline = replace(run, gateway=before_port, pids=before_pids)
             if args.only == "overhead":
                 overhead_versus(run, baseline, args.baseline)
             else:
@@ -626,7 +615,7 @@ def main() -> None:
             otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_BSP_SCHEDULE_DELAY": "500"}
             on, on_pids = s.gateway(workers=args.workers, env=otel)
             on_port = int(on.rsplit(":", 1)[1])
-            traced = Run(s, on_port, zero_port, slow_port, key, on_pids, c, secs, args.workers)
+            traced = replace(run, gateway=on_port, pids=on_pids)
             tracing(run, traced, sink)
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime - client_cpu.ru_utime + used.ru_stime - client_cpu.ru_stime
